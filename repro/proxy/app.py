@@ -1,0 +1,153 @@
+"""The recording proxy: an ASGI app that forwards OpenAI-compatible calls and stores each one under its rollout.
+
+Routes::
+
+    POST /rollouts                                   register a rollout (JSON: task_id, mode, ...)
+    GET  /rollouts/{id}                              the rollout, its call count and prefix drift
+    POST /rollouts/{id}/finish                       set status / reward / failure_reason
+    POST /rollouts/{id}/v1/chat/completions          forwarded + recorded (streaming or not)
+    POST /rollouts/{id}/v1/completions               forwarded + recorded
+    GET  /rollouts/{id}/v1/models, GET /v1/models    forwarded
+    GET  /health
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from repro.proxy.asgi import Receive, Send, declared_length, read_body, send_bytes, send_json
+from repro.proxy.config import ProxyConfig
+from repro.proxy.errors import ProxyError, bad_request
+from repro.proxy.forward import Forwarder
+from repro.proxy.registry import RolloutRegistry
+from repro.proxy.validation import check_chat, check_completion, check_rollout_id, parse_json_object, without_secrets
+from repro.store import CallRecord, GroupCommitWriter, SqliteTraceStore, TraceStoreConfig
+
+_RECORDED_HEADERS = frozenset({b"user-agent", b"x-stainless-retry-count", b"x-stainless-lang",
+                               b"x-stainless-package-version", b"x-stainless-runtime", b"x-request-id"})
+_ENDPOINTS = {"v1/chat/completions": "chat", "v1/completions": "completions"}
+
+
+class ProxyApp:
+    """ASGI application; state (store, writer, upstream session) is created in the lifespan startup."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.store: SqliteTraceStore | None = None
+        self.writer: GroupCommitWriter | None = None
+        self.registry: RolloutRegistry | None = None
+        self.forwarder: Forwarder | None = None
+
+    async def startup(self) -> None:
+        store_config = TraceStoreConfig(path=self.config.store_path, synchronous=self.config.synchronous)
+        self.store = SqliteTraceStore(store_config)
+        self.writer = GroupCommitWriter(store_config)
+        self.registry = RolloutRegistry(self.store)
+        self.forwarder = Forwarder(self.config, self.writer)
+        await self.forwarder.open()
+
+    async def shutdown(self) -> None:
+        if self.forwarder is not None:
+            await self.forwarder.close()
+        if self.writer is not None:
+            self.writer.close()
+        if self.store is not None:
+            self.store.close()
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                await self._route(scope, receive, send)
+            except ProxyError as exc:
+                await send_bytes(send, exc.status, exc.body())
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:  # reported to the server, which exits
+                    await send({"type": "lifespan.startup.failed", "message": repr(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _route(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        method, path = scope["method"], scope["path"]
+        if path.startswith("/rollouts/"):
+            rollout_id, _, rest = path[len("/rollouts/") :].partition("/")
+            check_rollout_id(rollout_id)
+            endpoint = _ENDPOINTS.get(rest)
+            if endpoint is not None and method == "POST":
+                return await self._completion(rollout_id, endpoint, scope, receive, send)
+            if rest == "v1/models" and method == "GET":
+                return await self.forwarder.models(send)
+            if rest == "" and method == "GET":
+                return await send_json(send, 200, self._rollout_info(rollout_id))
+            if rest == "finish" and method == "POST":
+                return await self._finish(rollout_id, scope, receive, send)
+        elif path == "/rollouts" and method == "POST":
+            fields = parse_json_object(await self._body(scope, receive))
+            record = self.registry.create(fields)
+            return await send_json(send, 201, dataclasses.asdict(record))
+        elif path == "/v1/models" and method == "GET":
+            return await self.forwarder.models(send)
+        elif path == "/health" and method == "GET":
+            return await send_json(send, 200, {"status": "ok"})
+        raise ProxyError(404, f"no route {method} {path}; model calls go to /rollouts/{{rollout_id}}/v1/...",
+                         kind="not_found_error")
+
+    async def _body(self, scope: dict[str, Any], receive: Receive) -> bytes:
+        limit = self.config.max_body_bytes
+        length = declared_length(scope)
+        if length is not None and length > limit:
+            raise ProxyError(413, f"request body of {length} bytes exceeds the limit of {limit} (proxy.max_body_bytes)")
+        return await read_body(receive, limit)
+
+    async def _completion(self, rollout_id: str, endpoint: str, scope: dict[str, Any], receive: Receive,
+                          send: Send) -> None:
+        t_start = time.time()
+        request = parse_json_object(await self._body(scope, receive))
+        (check_chat if endpoint == "chat" else check_completion)(request)
+        seq, mode = self.registry.next_seq(rollout_id)  # 404 here: nothing has been written
+        headers = {k.decode(): v.decode("latin-1") for k, v in scope["headers"] if k in _RECORDED_HEADERS}
+        retry = headers.get("x-stainless-retry-count")
+        call = CallRecord(
+            rollout_id=rollout_id, seq=seq, endpoint=endpoint, status="ok", request=without_secrets(request),
+            streamed=request.get("stream") is True, retry_count=int(retry) if retry and retry.isdigit() else None,
+            client_headers=headers, sampling_overrides=self.config.sampling_overrides.get(mode) or {},
+            t_start=t_start,
+        )
+        if call.streamed:
+            await self.forwarder.stream(call, request, receive, send)
+        else:
+            await self.forwarder.unary(call, request, send)
+
+    def _rollout_info(self, rollout_id: str) -> dict[str, Any]:
+        record = self.store.get_rollout(rollout_id)
+        if record is None:
+            raise ProxyError(404, f"unknown rollout {rollout_id!r}", kind="not_found_error")
+        drift = self.store.drift_summary(rollout_id)
+        return {**dataclasses.asdict(record), "calls": drift.calls, "drift": dataclasses.asdict(drift)}
+
+    async def _finish(self, rollout_id: str, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        fields = parse_json_object(await self._body(scope, receive))
+        reward = fields.get("reward")
+        if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+            raise bad_request("'reward' must be a number")
+        try:
+            self.store.finish_rollout(rollout_id, str(fields.get("status", "finished")), reward,
+                                      fields.get("failure_reason"))
+        except ValueError as exc:
+            raise bad_request(str(exc)) from None
+        except KeyError:
+            raise ProxyError(404, f"unknown rollout {rollout_id!r}", kind="not_found_error") from None
+        await send_json(send, 200, self._rollout_info(rollout_id))

@@ -1,0 +1,161 @@
+"""Turn upstream responses (vLLM dialect) into what the store keeps: token ids, logprobs, a compact body.
+
+Token columns describe choice 0. vLLM puts ``prompt_token_ids`` at the top level for chat completions
+and inside each choice for text completions; both places are read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+
+@dataclass
+class Extracted:
+    """What the store needs from one response."""
+
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    response: dict[str, Any] | None = None
+
+
+def _choice_logprobs(choice: dict[str, Any]) -> list[float] | None:
+    logprobs = choice.get("logprobs")
+    if not logprobs:
+        return None
+    if "content" in logprobs:  # chat format
+        return [entry["logprob"] for entry in logprobs["content"] or ()]
+    return logprobs.get("token_logprobs")  # text-completion format
+
+
+def extract_response(body: dict[str, Any]) -> Extracted:
+    """Pull ids and logprobs out of a non-streaming response; the stored body keeps everything else."""
+    out = Extracted()
+    choices = body.get("choices") or []
+    out.prompt_ids = body.pop("prompt_token_ids", None)
+    if choices:
+        first = dict(choices[0])
+        out.completion_ids = first.pop("token_ids", None)
+        out.logprobs = _choice_logprobs(first)
+        first.pop("logprobs", None)
+        if out.prompt_ids is None:
+            out.prompt_ids = first.get("prompt_token_ids")
+        first.pop("prompt_token_ids", None)
+        out.finish_reason = first.get("finish_reason")
+        body["choices"] = [first, *choices[1:]]
+    usage = body.get("usage") or {}
+    out.prompt_tokens = usage.get("prompt_tokens")
+    out.completion_tokens = usage.get("completion_tokens")
+    out.response = body
+    return out
+
+
+@dataclass
+class _ToolCall:
+    id: str | None = None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class StreamAccumulator:
+    """Parses SSE bytes as they pass through and assembles choice 0 of the stream into one record."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self.done = False
+        self.meta: dict[str, Any] = {}
+        self.prompt_ids: list[int] | None = None
+        self.completion_ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.has_logprobs = False
+        self.content: list[str] = []
+        self.text: list[str] = []
+        self.tool_calls: dict[int, _ToolCall] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def feed(self, data: bytes) -> None:
+        """Consume raw bytes from upstream (any split)."""
+        self._pending += data
+        while True:
+            end = self._pending.find(b"\n\n")
+            if end < 0:
+                return
+            event, self._pending = self._pending[:end], self._pending[end + 2 :]
+            for line in event.split(b"\n"):
+                if line.startswith(b"data:"):
+                    self._on_data(line[5:].strip())
+
+    def _on_data(self, payload: bytes) -> None:
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        chunk = orjson.loads(payload)
+        if not self.meta:
+            self.meta = {k: chunk.get(k) for k in ("id", "created", "model")}
+        if chunk.get("prompt_token_ids") is not None:
+            self.prompt_ids = chunk["prompt_token_ids"]
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) == 0:
+                self._on_choice(choice)
+
+    def _on_choice(self, choice: dict[str, Any]) -> None:
+        if choice.get("token_ids"):
+            self.completion_ids.extend(choice["token_ids"])
+        if self.prompt_ids is None and choice.get("prompt_token_ids") is not None:
+            self.prompt_ids = choice["prompt_token_ids"]
+        logprobs = _choice_logprobs(choice)
+        if logprobs:
+            self.has_logprobs = True
+            self.logprobs.extend(logprobs)
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        if "text" in choice:
+            self.text.append(choice["text"] or "")
+        delta = choice.get("delta") or {}
+        if delta.get("content"):
+            self.content.append(delta["content"])
+        for call in delta.get("tool_calls") or ():
+            self._on_tool_call(call)
+
+    def _on_tool_call(self, call: dict[str, Any]) -> None:
+        entry = self.tool_calls.setdefault(call.get("index", 0), _ToolCall())
+        entry.id = call.get("id") or entry.id
+        function = call.get("function") or {}
+        entry.name += function.get("name") or ""
+        entry.arguments.append(function.get("arguments") or "")
+
+    def result(self, endpoint: str) -> Extracted:
+        """The assembled record (a non-streaming-shaped response body without token arrays)."""
+        usage = self.usage or {}
+        return Extracted(
+            prompt_ids=self.prompt_ids,
+            completion_ids=self.completion_ids,
+            logprobs=self.logprobs if self.has_logprobs else None,
+            finish_reason=self.finish_reason,
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens", len(self.completion_ids)),
+            response=self._response(endpoint),
+        )
+
+    def _response(self, endpoint: str) -> dict[str, Any]:
+        if endpoint == "completions":
+            choice: dict[str, Any] = {"index": 0, "text": "".join(self.text)}
+        else:
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+            if self.tool_calls:
+                message["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": "".join(c.arguments)}}
+                    for _, c in sorted(self.tool_calls.items())
+                ]
+            choice = {"index": 0, "message": message}
+        choice["finish_reason"] = self.finish_reason
+        return {**self.meta, "choices": [choice], "usage": self.usage, "streamed": True}

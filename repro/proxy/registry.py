@@ -1,0 +1,66 @@
+"""Which rollouts exist, their mode, and the next call sequence number of each (in memory, backed by the store)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from repro.proxy.errors import ProxyError, bad_request
+from repro.proxy.validation import check_rollout_id
+from repro.store import RolloutRecord, SqliteTraceStore
+
+_ROLLOUT_FIELDS = {"rollout_id", "run_id", "task_id", "group_id", "loop_kind", "harness", "harness_version",
+                   "mode", "metadata"}
+
+
+@dataclass
+class RolloutState:
+    mode: str
+    next_seq: int
+
+
+class RolloutRegistry:
+    """Known rollouts; an id not seen yet is looked up in the store (another process may have made it)."""
+
+    def __init__(self, store: SqliteTraceStore) -> None:
+        self._store = store
+        self._known: dict[str, RolloutState] = {}
+
+    def lookup(self, rollout_id: str) -> RolloutState:
+        """The rollout's state; 404 when no such rollout was registered."""
+        state = self._known.get(rollout_id)
+        if state is None:
+            record = self._store.get_rollout(rollout_id)
+            if record is None:
+                raise ProxyError(404, f"unknown rollout {rollout_id!r}: create it first (POST /rollouts)",
+                                 kind="not_found_error")
+            state = RolloutState(mode=record.mode, next_seq=self._store.max_seq(rollout_id) + 1)
+            self._known[rollout_id] = state
+        return state
+
+    def next_seq(self, rollout_id: str) -> tuple[int, str]:
+        """Reserve the next sequence number; returns (seq, mode)."""
+        state = self.lookup(rollout_id)
+        seq = state.next_seq
+        state.next_seq += 1
+        return seq, state.mode
+
+    def create(self, fields: dict[str, Any]) -> RolloutRecord:
+        """Register a rollout from a JSON body (unknown fields are a 400)."""
+        unknown = set(fields) - _ROLLOUT_FIELDS
+        if unknown:
+            raise bad_request(f"unknown rollout fields {sorted(unknown)}; allowed: {sorted(_ROLLOUT_FIELDS)}")
+        for name, value in fields.items():
+            if name != "metadata" and not isinstance(value, str):
+                raise bad_request(f"rollout field {name!r} must be a string")
+        if fields.get("mode", "eval") not in ("train", "eval"):
+            raise bad_request("rollout 'mode' must be 'train' or 'eval'")
+        rollout_id = fields.get("rollout_id") or uuid.uuid4().hex
+        check_rollout_id(rollout_id)
+        try:
+            record = self._store.create_rollout(RolloutRecord(**{**fields, "rollout_id": rollout_id}))
+        except ValueError as exc:
+            raise ProxyError(409, str(exc), kind="conflict_error") from None
+        self._known[rollout_id] = RolloutState(mode=record.mode, next_seq=0)
+        return record

@@ -1,0 +1,66 @@
+"""Run the proxy: in this process (uvicorn, uvloop + httptools when present) or as a child process."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from repro.net import wait_for_http
+from repro.proxy.app import ProxyApp
+from repro.proxy.config import ProxyConfig
+
+
+def serve(config: ProxyConfig) -> None:
+    """Serve until interrupted (blocking)."""
+    import uvicorn
+
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    uvicorn.run(
+        ProxyApp(config), host=config.host, port=config.port, loop=loop, http=http, lifespan="on",
+        log_level="warning", access_log=False, timeout_keep_alive=75, backlog=4096,
+    )
+
+
+def start_proxy_process(config: ProxyConfig, log_path: Path | None = None, timeout_s: float = 30.0
+                        ) -> subprocess.Popen:
+    """Start ``python -m repro.proxy`` with ``config`` and wait until /health answers."""
+    cmd = [sys.executable, "-m", "repro.proxy", "--config-json", orjson.dumps(config.__dict__).decode()]
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+    try:
+        wait_for_http(f"http://{config.host}:{config.port}/health", timeout_s, proc)
+    except Exception:
+        proc.kill()
+        raise
+    return proc
+
+
+def parse_args(argv: list[str] | None = None) -> ProxyConfig:
+    parser = argparse.ArgumentParser(prog="repro proxy", description="Run the recording proxy.")
+    add_proxy_arguments(parser)
+    return config_from_args(parser.parse_args(argv))
+
+
+def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = ProxyConfig()
+    parser.add_argument("--config-json", help="a whole ProxyConfig as JSON (overrides the flags)")
+    parser.add_argument("--upstream-url", default=defaults.upstream_url)
+    parser.add_argument("--host", default=defaults.host, help="bind address (default loopback only)")
+    parser.add_argument("--port", type=int, default=defaults.port)
+    parser.add_argument("--store", dest="store_path", default=defaults.store_path)
+    parser.add_argument("--upstream-model", default=None)
+    parser.add_argument("--read-timeout-s", type=float, default=defaults.read_timeout_s)
+
+
+def config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    if args.config_json:
+        return ProxyConfig(**orjson.loads(args.config_json))
+    return ProxyConfig(upstream_url=args.upstream_url, host=args.host, port=args.port, store_path=args.store_path,
+                       upstream_model=args.upstream_model, read_timeout_s=args.read_timeout_s)

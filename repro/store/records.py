@@ -1,0 +1,104 @@
+"""Plain records exchanged with the store, and the compact encodings of token ids and logprobs."""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+CALL_STATUSES = ("ok", "error", "aborted", "truncated")
+ROLLOUT_STATUSES = ("pending", "running", "finished", "failed")
+
+
+def encode_ids(ids: list[int] | None) -> bytes | None:
+    """Token ids as little-endian int32 bytes (4 bytes a token)."""
+    if ids is None:
+        return None
+    packed = array("i", ids)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def decode_ids(blob: bytes | None) -> list[int] | None:
+    """Inverse of :func:`encode_ids`."""
+    if blob is None:
+        return None
+    packed = array("i")
+    packed.frombytes(blob)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tolist()
+
+
+def encode_floats(values: list[float] | None) -> bytes | None:
+    """Logprobs as little-endian float32 bytes."""
+    if values is None:
+        return None
+    packed = array("f", values)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def decode_floats(blob: bytes | None) -> list[float] | None:
+    """Inverse of :func:`encode_floats`."""
+    if blob is None:
+        return None
+    packed = array("f")
+    packed.frombytes(blob)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tolist()
+
+
+@dataclass
+class RolloutRecord:
+    """One attempt at one task by one agent loop; the unit the trainer reads."""
+
+    rollout_id: str
+    run_id: str = ""
+    task_id: str = ""
+    group_id: str = ""
+    loop_kind: str = "proxy"  # "proxy" (real harness) or "rebuilt" (trainer-owned loop)
+    harness: str = ""
+    harness_version: str = ""
+    mode: str = "eval"  # "train" or "eval": selects the proxy's sampling overrides
+    status: str = "pending"
+    reward: float | None = None
+    failure_reason: str | None = None
+    created_at: float = 0.0
+    finished_at: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CallRecord:
+    """One model call as the proxy saw it: what the model was shown and what it sampled.
+
+    Token columns describe choice 0; other choices (n > 1) stay complete in ``response``.
+    """
+
+    rollout_id: str
+    seq: int
+    endpoint: str  # "chat" or "completions"
+    status: str
+    request: dict[str, Any] | None = None
+    response: dict[str, Any] | None = None
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    http_status: int | None = None
+    error: str | None = None
+    streamed: bool = False
+    retry_count: int | None = None
+    client_headers: dict[str, str] = field(default_factory=dict)
+    sampling_overrides: dict[str, Any] = field(default_factory=dict)
+    t_start: float = 0.0
+    t_first_byte: float | None = None
+    t_end: float | None = None
+    extends_previous: bool | None = None

@@ -1,0 +1,66 @@
+"""SQLite schema of the trace store. Bump SCHEMA_VERSION when a table changes."""
+
+SCHEMA_VERSION = 1
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id      TEXT PRIMARY KEY,
+    created_at  REAL NOT NULL,
+    config_json TEXT
+);
+CREATE TABLE IF NOT EXISTS rollouts (
+    rollout_id      TEXT PRIMARY KEY,
+    run_id          TEXT NOT NULL DEFAULT '',
+    task_id         TEXT NOT NULL DEFAULT '',
+    group_id        TEXT NOT NULL DEFAULT '',
+    loop_kind       TEXT NOT NULL DEFAULT 'proxy',
+    harness         TEXT NOT NULL DEFAULT '',
+    harness_version TEXT NOT NULL DEFAULT '',
+    mode            TEXT NOT NULL DEFAULT 'eval',
+    status          TEXT NOT NULL DEFAULT 'pending',
+    reward          REAL,
+    failure_reason  TEXT,
+    created_at      REAL NOT NULL,
+    finished_at     REAL,
+    metadata_json   TEXT
+);
+CREATE INDEX IF NOT EXISTS rollouts_by_run ON rollouts (run_id, task_id);
+CREATE TABLE IF NOT EXISTS calls (
+    rollout_id         TEXT NOT NULL,
+    seq                INTEGER NOT NULL,
+    endpoint           TEXT NOT NULL,
+    status             TEXT NOT NULL,
+    request_json       BLOB,
+    response_json      BLOB,
+    prompt_ids         BLOB,
+    completion_ids     BLOB,
+    logprobs           BLOB,
+    finish_reason      TEXT,
+    prompt_tokens      INTEGER,
+    completion_tokens  INTEGER,
+    http_status        INTEGER,
+    error              TEXT,
+    streamed           INTEGER NOT NULL DEFAULT 0,
+    retry_count        INTEGER,
+    client_headers     TEXT,
+    sampling_overrides TEXT,
+    t_start            REAL NOT NULL,
+    t_first_byte       REAL,
+    t_end              REAL,
+    extends_previous   INTEGER,
+    PRIMARY KEY (rollout_id, seq)
+) WITHOUT ROWID;
+"""
+
+CALL_COLUMNS = (
+    "rollout_id", "seq", "endpoint", "status", "request_json", "response_json", "prompt_ids",
+    "completion_ids", "logprobs", "finish_reason", "prompt_tokens", "completion_tokens", "http_status",
+    "error", "streamed", "retry_count", "client_headers", "sampling_overrides", "t_start", "t_first_byte",
+    "t_end", "extends_previous",
+)
+
+ROLLOUT_COLUMNS = (
+    "rollout_id", "run_id", "task_id", "group_id", "loop_kind", "harness", "harness_version", "mode",
+    "status", "reward", "failure_reason", "created_at", "finished_at", "metadata_json",
+)

@@ -1,0 +1,182 @@
+"""Group commit: calls from many concurrent requests share one SQLite transaction.
+
+Each submitter gets told (through an asyncio future or a callback) only after the transaction holding
+its call has committed, so an acknowledged call is durable; the commit cost is shared by the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+from repro.store.codec import call_to_row
+from repro.store.drift import extends
+from repro.store.records import CallRecord, encode_ids
+from repro.store.schema import CALL_COLUMNS
+from repro.store.sqlite_store import TraceStoreConfig, connect
+
+_INSERT = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
+_PREVIOUS = "SELECT prompt_ids, completion_ids FROM calls WHERE rollout_id=? AND seq=?"
+Done = Callable[[BaseException | None], None]
+_STOP = object()
+
+
+class GroupCommitWriter:
+    """A writer thread that batches call inserts into one transaction per drain of its queue."""
+
+    def __init__(self, config: TraceStoreConfig, max_batch: int = 1024, cache_rollouts: int = 4096) -> None:
+        self._config = config
+        self._max_batch = max_batch
+        self._cache_rollouts = cache_rollouts
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._last: OrderedDict[str, tuple[int, bytes, bytes]] = OrderedDict()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.commits = 0
+        self.written = 0
+        self._thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    # submitting -----------------------------------------------------------------------------------
+    def submit(self, call: CallRecord, done: Done) -> None:
+        """Queue ``call``; ``done(None)`` runs in the writer thread after commit (``done(exc)`` on failure)."""
+        self._queue.put((call, done, None))
+
+    async def write(self, call: CallRecord) -> None:
+        """Queue ``call`` and wait until it is committed."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._queue.put((call, None, (loop, future)))
+        await future
+
+    def write_sync(self, call: CallRecord, timeout: float = 30.0) -> None:
+        """Blocking variant for threads without an event loop."""
+        finished = threading.Event()
+        errors: list[BaseException] = []
+
+        def done(exc: BaseException | None) -> None:
+            if exc is not None:
+                errors.append(exc)
+            finished.set()
+
+        self.submit(call, done)
+        if not finished.wait(timeout):
+            raise TimeoutError("trace writer did not commit in time")
+        if errors:
+            raise errors[0]
+
+    def close(self) -> None:
+        """Flush what is queued and stop the thread."""
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join()
+
+    # the writer thread ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            conn = connect(self._config)
+        except BaseException as exc:  # reported to the constructor
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        stopping = False
+        while not stopping:
+            batch = [self._queue.get()]
+            while len(batch) < self._max_batch:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if _STOP in batch:
+                stopping = True
+                batch = [item for item in batch if item is not _STOP]
+            if batch:
+                self._commit(conn, batch)
+        conn.close()
+
+    def _commit(self, conn: sqlite3.Connection, batch: list) -> None:
+        rows = [self._row(conn, item[0]) for item in batch]
+        errors: list[BaseException | None] = [None] * len(batch)
+        try:
+            conn.execute("BEGIN")
+            conn.executemany(_INSERT, rows)
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            errors = self._commit_one_by_one(conn, rows)
+        self.commits += 1
+        self.written += sum(1 for e in errors if e is None)
+        self._notify(batch, errors)
+
+    @staticmethod
+    def _commit_one_by_one(conn: sqlite3.Connection, rows: list[tuple]) -> list[BaseException | None]:
+        errors: list[BaseException | None] = []
+        for row in rows:
+            try:
+                conn.execute(_INSERT, row)
+                errors.append(None)
+            except sqlite3.Error as exc:
+                errors.append(exc)
+        return errors
+
+    def _row(self, conn: sqlite3.Connection, call: CallRecord) -> tuple:
+        prompt = encode_ids(call.prompt_ids)
+        completion = encode_ids(call.completion_ids)
+        if call.extends_previous is None and prompt is not None and call.seq > 0:
+            previous = self._previous(conn, call.rollout_id, call.seq - 1)
+            if previous is not None:
+                call.extends_previous = extends(previous[0], previous[1], prompt)
+        if prompt is not None:
+            self._remember(call.rollout_id, call.seq, prompt, completion or b"")
+        return call_to_row(call, prompt, completion)
+
+    def _previous(self, conn: sqlite3.Connection, rollout_id: str, seq: int) -> tuple[bytes, bytes] | None:
+        cached = self._last.get(rollout_id)
+        if cached is not None and cached[0] == seq:
+            return cached[1], cached[2]
+        row = conn.execute(_PREVIOUS, (rollout_id, seq)).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return row[0], row[1] or b""
+
+    def _remember(self, rollout_id: str, seq: int, prompt: bytes, completion: bytes) -> None:
+        cached = self._last.get(rollout_id)
+        if cached is not None and cached[0] > seq:
+            return
+        self._last[rollout_id] = (seq, prompt, completion)
+        self._last.move_to_end(rollout_id)
+        while len(self._last) > self._cache_rollouts:
+            self._last.popitem(last=False)
+
+    @staticmethod
+    def _notify(batch: list, errors: list[BaseException | None]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        for (_, done, waiter), error in zip(batch, errors, strict=True):
+            if done is not None:
+                done(error)
+            else:
+                loop, future = waiter
+                by_loop.setdefault(loop, []).append((future, error))
+        for loop, futures in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # loop already closed: nobody is waiting
+                loop.call_soon_threadsafe(_resolve, futures)
+
+
+def _resolve(futures: list) -> None:
+    for future, error in futures:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)

@@ -1,0 +1,202 @@
+"""Deterministic fakes for unit tests and the proxy benchmark. Never used on the main path.
+
+``FakeVllmUpstream`` speaks vLLM's OpenAI dialect (``prompt_token_ids``, per-choice ``token_ids``, logprobs)
+with one token per byte of text, so tests can check exactly what was attributed to which call. The model
+name selects a behaviour: ``fail-500``, ``silent`` (never answers), ``drop`` (stream cut before
+``[DONE]``), ``slow-stream`` (a pause between chunks); anything else answers normally.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+import orjson
+
+from repro.proxy.asgi import SSE_HEADERS, Receive, Send, read_body, send_bytes
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content or ""
+
+
+def fake_prompt_ids(request: dict[str, Any]) -> list[int]:
+    """Prompt ids the fake reports: one per byte of the prompt (chat: contents joined by newlines)."""
+    if "messages" in request:
+        text = "\n".join(_content_text(m.get("content")) for m in request["messages"])
+    else:
+        prompt = request["prompt"]
+        return list(prompt) if isinstance(prompt, list) else list(prompt.encode())
+    return list(text.encode())
+
+
+def fake_completion_text(request: dict[str, Any], tokens: int) -> str:
+    """An answer that names what was asked, padded to ``tokens`` bytes."""
+    is_chat = "messages" in request
+    asked = _content_text(request["messages"][-1].get("content")) if is_chat else str(request["prompt"])
+    text = ("echo:" + asked[-40:]).encode("ascii", "replace").decode()
+    text = (text + " " + "x" * tokens)[:tokens]
+    return text
+
+
+class FakeVllmUpstream:
+    """An ASGI app answering /v1/chat/completions and /v1/completions like vLLM would."""
+
+    def __init__(self, completion_tokens: int = 16, tokens_per_chunk: int = 1, chunk_delay_s: float = 0.0) -> None:
+        self.completion_tokens = completion_tokens
+        self.tokens_per_chunk = tokens_per_chunk
+        self.chunk_delay_s = chunk_delay_s
+        self.requests = 0
+        self.cancelled = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        path = scope["path"]
+        if path == "/v1/models" or path == "/health":
+            return await send_bytes(send, 200, orjson.dumps({"object": "list", "data": [{"id": "fake"}]}))
+        body = orjson.loads(await read_body(receive, 1 << 30))
+        self.requests += 1
+        endpoint = "chat" if path.endswith("chat/completions") else "completions"
+        model = body.get("model", "")
+        if model == "fail-500":
+            return await send_bytes(send, 500, b'{"error": {"message": "fake upstream failure"}}')
+        if model == "silent":
+            await asyncio.sleep(3600)
+        tokens = int(body.get("max_tokens") or self.completion_tokens)
+        text = fake_completion_text(body, min(tokens, self.completion_tokens))
+        if body.get("stream"):
+            return await self._stream(body, endpoint, text, receive, send)
+        await send_bytes(send, 200, orjson.dumps(self._unary(body, endpoint, text)))
+
+    def _unary(self, body: dict[str, Any], endpoint: str, text: str) -> dict[str, Any]:
+        ids = list(text.encode())
+        lp = [-0.5] * len(ids)
+        prompt_ids = fake_prompt_ids(body)
+        finish = "length" if len(ids) >= int(body.get("max_tokens") or 1 << 30) else "stop"
+        if endpoint == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
+                      "logprobs": {"content": [{"token": chr(t), "logprob": v, "bytes": [t], "top_logprobs": []}
+                                               for t, v in zip(ids, lp, strict=True)]},
+                      "token_ids": ids}
+            extra = {"prompt_token_ids": prompt_ids}
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish, "token_ids": ids,
+                      "prompt_token_ids": prompt_ids,
+                      "logprobs": {"tokens": list(text), "token_logprobs": lp, "top_logprobs": None,
+                                   "text_offset": list(range(len(ids)))}}
+            extra = {}
+        usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids),
+                 "total_tokens": len(prompt_ids) + len(ids)}
+        return {"id": "cmpl-fake", "object": "chat.completion" if endpoint == "chat" else "text_completion",
+                "created": int(time.time()), "model": body.get("model"), "choices": [choice], "usage": usage,
+                **extra}
+
+    def _chunks(self, body: dict[str, Any], endpoint: str, text: str) -> list[bytes]:
+        ids = list(text.encode())
+        head: dict[str, Any] = {"id": "chunk-fake", "object": "chat.completion.chunk", "model": body.get("model")}
+        first = {**head, "prompt_token_ids": fake_prompt_ids(body),
+                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+        if endpoint != "chat":
+            first = {**head, "choices": [{"index": 0, "text": "", "token_ids": [], "finish_reason": None,
+                                          "prompt_token_ids": fake_prompt_ids(body)}]}
+        chunks = [first]
+        step = self.tokens_per_chunk
+        for i in range(0, len(ids), step):
+            part = ids[i : i + step]
+            piece = bytes(part).decode()
+            last = i + step >= len(ids)
+            choice: dict[str, Any] = {"index": 0, "token_ids": part, "finish_reason": "stop" if last else None}
+            if endpoint == "chat":
+                choice["delta"] = {"content": piece}
+                choice["logprobs"] = {"content": [{"token": chr(t), "logprob": -0.5, "bytes": [t],
+                                                   "top_logprobs": []} for t in part]}
+            else:
+                choice["text"] = piece
+            chunks.append({**head, "choices": [choice]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            n_prompt = len(fake_prompt_ids(body))
+            chunks.append({**head, "choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(ids),
+                                                            "total_tokens": n_prompt + len(ids)}})
+        return [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks]
+
+    async def _stream(self, body: dict[str, Any], endpoint: str, text: str, receive: Receive, send: Send) -> None:
+        chunks = self._chunks(body, endpoint, text)
+        model = body.get("model")
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        delay = 0.05 if model == "slow-stream" else self.chunk_delay_s
+        gone = asyncio.Event()
+        watcher = asyncio.ensure_future(_watch(receive, gone)) if delay else None
+        try:
+            for i, chunk in enumerate(chunks):
+                if model == "drop" and i == len(chunks) // 2:
+                    raise RuntimeError("fake upstream drops the connection mid-stream")
+                if gone.is_set():
+                    self.cancelled += 1
+                    return
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if delay:
+                    await asyncio.sleep(delay)
+            await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
+
+async def _watch(receive: Receive, gone: asyncio.Event) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m repro.testing --port N``: serve the fake upstream (used by the proxy benchmark)."""
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description="Fake vLLM-dialect upstream (tests and benchmarks only).")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--completion-tokens", type=int, default=16)
+    args = parser.parse_args(argv)
+    app = FakeVllmUpstream(completion_tokens=args.completion_tokens)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, loop="uvloop", http="httptools", log_level="warning",
+                access_log=False, lifespan="on", backlog=4096)
+
+
+if __name__ == "__main__":
+    main()
+
+
+class ServerThread:
+    """Run an ASGI app with uvicorn in a background thread of this process (tests only)."""
+
+    def __init__(self, app: Any, port: int) -> None:
+        import threading
+
+        import uvicorn
+
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                                access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError(f"server on port {self.port} did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
