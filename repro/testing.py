@@ -25,13 +25,19 @@ def _content_text(content: Any) -> str:
 
 
 def fake_prompt_ids(request: dict[str, Any]) -> list[int]:
-    """Prompt ids the fake reports: one per byte of the prompt (chat: contents joined by newlines)."""
+    """Prompt ids the fake reports: one per 4 bytes of the prompt, about what a real BPE gives for code.
+
+    Each id is the first byte of its 4-byte piece, so a prompt that extends another one gets ids that
+    extend the other's (chat: message contents joined by newlines).
+    """
     if "messages" in request:
         text = "\n".join(_content_text(m.get("content")) for m in request["messages"])
     else:
         prompt = request["prompt"]
-        return list(prompt) if isinstance(prompt, list) else list(prompt.encode())
-    return list(text.encode())
+        if isinstance(prompt, list):
+            return list(prompt)
+        text = prompt
+    return list(text.encode()[::4])
 
 
 def fake_completion_text(request: dict[str, Any], tokens: int) -> str:
@@ -52,6 +58,7 @@ class FakeVllmUpstream:
         self.chunk_delay_s = chunk_delay_s
         self.requests = 0
         self.cancelled = 0
+        self.last_request: dict[str, Any] | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -64,6 +71,7 @@ class FakeVllmUpstream:
             return await send_bytes(send, 200, orjson.dumps({"object": "list", "data": [{"id": "fake"}]}))
         body = orjson.loads(await read_body(receive, 1 << 30))
         self.requests += 1
+        self.last_request = body
         endpoint = "chat" if path.endswith("chat/completions") else "completions"
         model = body.get("model", "")
         if model == "fail-500":

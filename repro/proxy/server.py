@@ -24,7 +24,7 @@ def serve(config: ProxyConfig) -> None:
     http = "httptools" if importlib.util.find_spec("httptools") else "h11"
     uvicorn.run(
         ProxyApp(config), host=config.host, port=config.port, loop=loop, http=http, lifespan="on",
-        log_level="warning", access_log=False, timeout_keep_alive=75, backlog=4096,
+        log_level="warning", access_log=False, proxy_headers=False, timeout_keep_alive=75, backlog=4096,
     )
 
 

@@ -1,0 +1,70 @@
+"""The `repro` command line: run (Hydra experiments), table, inspect, serve, build-model, proxy."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _run(args: argparse.Namespace) -> None:
+    from repro.runner import run
+
+    run(args.overrides)
+
+
+def _table(args: argparse.Namespace) -> None:
+    from repro.report.tables import write_tables
+
+    written = write_tables(Path(args.outputs), Path(args.results))
+    if not written:
+        raise SystemExit(f"no metrics.json under {args.outputs}; run an experiment first (repro run ...)")
+    for path in written:
+        print(path)
+
+
+def _inspect(args: argparse.Namespace) -> None:
+    from repro.report.inspect import inspect_path
+
+    inspect_path(Path(args.path), args.rollout)
+
+
+def _proxy(args: argparse.Namespace) -> None:
+    from repro.proxy.server import config_from_args, serve
+
+    serve(config_from_args(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="repro", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run an experiment (Hydra overrides, e.g. experiment=bench_proxy)")
+    run.add_argument("overrides", nargs="*")
+    run.set_defaults(func=_run)
+    table = sub.add_parser("table", help="rebuild results/ tables from runs' metrics.json")
+    table.add_argument("--outputs", default="outputs")
+    table.add_argument("--results", default="results")
+    table.set_defaults(func=_table)
+    inspect = sub.add_parser("inspect", help="show the rollouts and calls recorded in a run or trace store")
+    inspect.add_argument("path", help="a run directory or a traces.sqlite file")
+    inspect.add_argument("rollout", nargs="?", help="show this rollout's calls in full")
+    inspect.set_defaults(func=_inspect)
+    proxy = sub.add_parser("proxy", help="run the recording proxy")
+    from repro.proxy.server import add_proxy_arguments
+
+    add_proxy_arguments(proxy)
+    proxy.set_defaults(func=_proxy)
+    from repro.serving import commands
+
+    commands.add_serve_parser(sub)
+    commands.add_build_model_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,96 @@
+"""`repro run`: compose the Hydra config, make a run directory, call the experiment's job.
+
+A run directory holds the resolved config (``config.yaml``), ``manifest.json`` (versions, git SHA,
+hardware) and whatever the job writes (``traces.sqlite``, ``metrics.json``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from hydra.utils import call
+from omegaconf import DictConfig, OmegaConf
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments"
+
+
+def experiment_names() -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The composed config for ``overrides``; an unknown experiment lists the known ones."""
+    for item in overrides:
+        if item.startswith("experiment=") and item.split("=", 1)[1] not in experiment_names():
+            raise SystemExit(f"unknown experiment {item.split('=', 1)[1]!r}; choose one of {experiment_names()} "
+                             f"(files in {CONFIG_DIR / 'experiment'})")
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        try:
+            return compose(config_name="config", overrides=overrides)
+        except HydraException as exc:
+            raise SystemExit(f"bad override: {exc}") from None
+
+
+def _git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=CONFIG_DIR.parent, capture_output=True, text=True,
+                             timeout=10)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+def _versions(packages: list[str]) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for name in packages:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def manifest() -> dict[str, Any]:
+    """Provenance of a run: code, packages, interpreter, machine."""
+    return {
+        "git_sha": _git_sha(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "packages": _versions(["repro", "torch", "transformers", "tokenizers", "aiohttp", "uvicorn", "hydra-core"]),
+        "created_at": time.time(),
+    }
+
+
+def make_run_dir(cfg: DictConfig) -> Path:
+    root = Path(cfg.run.output_root)
+    run_dir = root / cfg.run.name / time.strftime("%Y%m%d-%H%M%S")
+    suffix = 0
+    while run_dir.exists():
+        suffix += 1
+        run_dir = run_dir.with_name(f"{run_dir.name}-{suffix}")
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def run(overrides: list[str]) -> Path:
+    """Compose, record, run; returns the run directory."""
+    cfg = compose_config(overrides)
+    run_dir = make_run_dir(cfg)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (run_dir / "overrides.txt").write_text("\n".join(overrides) + "\n")
+    (run_dir / "manifest.json").write_text(json.dumps(manifest(), indent=2))
+    print(f"run directory: {run_dir}", flush=True)
+    call(cfg.job, run_dir=run_dir)
+    return run_dir
