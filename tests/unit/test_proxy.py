@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -12,9 +13,8 @@ import pytest
 from repro.testing import fake_completion_text, fake_prompt_ids
 from tests.conftest import RunningProxy, start_proxy
 
-TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
-                                           "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                                                          "required": ["command"]}}}]
+_BASH_PARAMS = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command", "parameters": _BASH_PARAMS}}]
 
 
 def _chat(proxy_url: str, **kwargs) -> httpx.Response:
@@ -187,12 +187,9 @@ def test_secrets_are_never_stored(proxy: RunningProxy) -> None:
     (call,) = proxy.store().calls("sec")
     assert "authorization" not in call.client_headers and "api_key" not in call.request
     for suffix in ("", "-wal"):
-        path = proxy.config.store_path + suffix
-        try:
-            data = open(path, "rb").read()
-        except FileNotFoundError:
-            continue
-        assert secret.encode() not in data
+        path = Path(proxy.config.store_path + suffix)
+        if path.exists():
+            assert secret.encode() not in path.read_bytes()
 
 
 def test_rollout_finish_and_info(proxy: RunningProxy) -> None:
