@@ -1,0 +1,115 @@
+"""Trace store: encodings, group commit, prefix drift, and stream assembly invariants."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from repro.proxy.assemble import StreamAccumulator
+from repro.store import CallRecord, GroupCommitWriter, RolloutRecord, TraceStoreConfig, open_store
+from repro.store.drift import extends
+from repro.store.records import decode_floats, decode_ids, encode_floats, encode_ids
+from repro.testing import FakeVllmUpstream
+
+token_lists = st.lists(st.integers(min_value=0, max_value=2**31 - 2), max_size=200)
+
+
+@given(token_lists)
+def test_token_ids_round_trip(ids: list[int]) -> None:
+    assert decode_ids(encode_ids(ids)) == ids
+
+
+@given(st.lists(st.floats(min_value=-100, max_value=0, width=32), max_size=100))
+def test_logprobs_round_trip(values: list[float]) -> None:
+    assert decode_floats(encode_floats(values)) == values
+
+
+@given(token_lists, token_lists, token_lists)
+def test_extends_means_prefix(prompt: list[int], completion: list[int], suffix: list[int]) -> None:
+    assert extends(encode_ids(prompt), encode_ids(completion), encode_ids(prompt + completion + suffix))
+    if completion:
+        changed = [*prompt, completion[0] + 1, *completion[1:], *suffix]
+        assert not extends(encode_ids(prompt), encode_ids(completion), encode_ids(changed))
+
+
+def _sse_bytes(text_len: int) -> bytes:
+    fake = FakeVllmUpstream(completion_tokens=text_len, tokens_per_chunk=3)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "stream": True,
+            "stream_options": {"include_usage": True}}
+    chunks = fake._chunks(body, "chat", "abcdefghijklmnopqrstuvwxyz"[:text_len])
+    return b"".join(chunks) + b"data: [DONE]\n\n"
+
+
+@settings(max_examples=60)
+@given(st.integers(min_value=1, max_value=26), st.lists(st.integers(min_value=1, max_value=400), max_size=30))
+def test_stream_assembly_does_not_depend_on_how_bytes_are_split(text_len: int, cuts: list[int]) -> None:
+    data = _sse_bytes(text_len)
+    whole = StreamAccumulator()
+    whole.feed(data)
+    pieces = StreamAccumulator()
+    start = 0
+    for cut in cuts:
+        pieces.feed(data[start : start + cut])
+        start += cut
+    pieces.feed(data[start:])
+    assert whole.done and pieces.done
+    assert pieces.result("chat") == whole.result("chat")
+    assert bytes(whole.completion_ids).decode() == "abcdefghijklmnopqrstuvwxyz"[:text_len]
+
+
+def test_group_commit_writes_every_call_once_and_tracks_drift(tmp_path: Path) -> None:
+    config = TraceStoreConfig(path=str(tmp_path / "t.sqlite"))
+    store = open_store(config.path)
+    store.create_rollout(RolloutRecord("r"))
+    writer = GroupCommitWriter(config)
+    done = threading.Semaphore(0)
+    prompt: list[int] = [1, 2]
+    n = 300
+    for seq in range(n):
+        completion = [seq % 7, 9]
+        call = CallRecord("r", seq, "chat", "ok", request={"i": seq}, prompt_ids=list(prompt),
+                          completion_ids=completion)
+        writer.submit(call, lambda exc: done.release())
+        prompt = prompt + completion + [5] if seq != 100 else [1, 2, 3]  # one break, after call 100
+    for _ in range(n):
+        assert done.acquire(timeout=30)
+    writer.close()
+    calls = store.calls("r")
+    assert [c.seq for c in calls] == list(range(n))
+    assert [c.request["i"] for c in calls] == list(range(n))
+    assert writer.commits < n  # calls shared transactions
+    flags = [c.extends_previous for c in calls]
+    assert flags[0] is None and flags[101] is False
+    assert all(flags[1:101]) and all(flags[102:])
+    summary = store.drift_summary("r")
+    assert (summary.comparable, summary.extending, summary.first_break_seq) == (n - 1, n - 2, 101)
+
+
+def test_duplicate_call_is_reported_not_silently_dropped(tmp_path: Path) -> None:
+    config = TraceStoreConfig(path=str(tmp_path / "t.sqlite"))
+    writer = GroupCommitWriter(config)
+    writer.write_sync(CallRecord("r", 0, "chat", "ok"))
+    try:
+        writer.write_sync(CallRecord("r", 0, "chat", "ok"))
+    except Exception as exc:  # sqlite3.IntegrityError from the writer thread
+        assert "UNIQUE" in str(exc) or "constraint" in str(exc).lower()
+    else:
+        raise AssertionError("a duplicate (rollout, seq) was accepted")
+    finally:
+        writer.close()
+    assert open_store(config.path).count_calls() == 1
+
+
+def test_rollout_lifecycle(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "t.sqlite")
+    store.create_run("run1", {"seed": 1})
+    store.create_rollout(RolloutRecord("a", run_id="run1", task_id="t", metadata={"k": 1}))
+    store.finish_rollout("a", "failed", failure_reason="harness crashed: exit 1")
+    (rollout,) = store.list_rollouts("run1")
+    assert rollout.status == "failed" and rollout.failure_reason == "harness crashed: exit 1"
+    assert rollout.metadata == {"k": 1}
+    assert orjson.loads(orjson.dumps(rollout.metadata)) == {"k": 1}
