@@ -1,0 +1,9 @@
+"""Adapters that run real, unmodified agent harnesses, each from its own isolated, cached environment.
+
+- ``envs``: build and cache one virtual environment per (harness, version).
+- ``mini_swe_agent``: one mini-SWE-agent rollout as a subprocess pointed at an OpenAI-compatible URL.
+"""
+
+from harness_adapters.envs import HarnessEnv, HarnessEnvError, ensure_harness_env
+
+__all__ = ["HarnessEnv", "HarnessEnvError", "ensure_harness_env"]

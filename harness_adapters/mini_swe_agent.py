@@ -1,0 +1,401 @@
+"""Run one real, unmodified mini-SWE-agent 2.x rollout as a subprocess of its own isolated env.
+
+Invocation (2.4.6; ``mini`` is the console script, ``mini-swe-agent`` an alias)::
+
+    <env>/bin/mini -y --exit-immediately --environment-class local -m openai/<model> -l 0
+        -o <out>/trajectory.traj.json
+        -c repro-mswea-base.yaml -c repro-mswea-settings.yaml -c repro-mswea-rollout.yaml
+
+run with cwd=<workdir>, stdin=/dev/null, its own session (process group), and a clean environment.
+
+Findings from reading the 2.4.6 source and watching it against a stub server:
+
+- Config: any ``-c`` replaces the default ``mini.yaml``, so the base file is always passed explicitly.
+  The builtin ``mini.yaml`` (tool calls) / ``mini_textbased.yaml`` (```` ```mswea_bash_command ```` blocks) is
+  copied unchanged into ``<out>/config/``; ``-c`` names resolve via ``MSWEA_CONFIG_DIR`` (the process cwd is
+  tried first, so the workdir must not hold files of those names). A ``-c`` spec containing ``=`` is read as
+  ``key=value``, which is why names are passed, not paths. Text mode also needs
+  ``model.model_class: litellm_textbased``: the textbased YAML does not set it.
+- The task travels in ``run.task`` of the rollout file (same as ``-t``, without argv size limits).
+- Local environment: commands run in ``environment.cwd`` (else the process cwd), each in a fresh
+  ``bash`` subshell with its own session, env = the harness process env + ``environment.env``;
+  ``environment.timeout`` (default 30 s) per command. Prompts embed ``platform.uname()``
+  (``{{system}} {{release}} {{version}} {{machine}}``), so the prompt differs across kernels.
+- ``-y`` = yolo mode; ``--exit-immediately`` = no confirmation on submit. With stdin not a TTY a hit step
+  limit ends the run cleanly (exit status ``LimitsExceeded``) instead of prompting. Exit code is 0 for
+  Submitted / LimitsExceeded / TimeExceeded / RepeatedFormatError (3 consecutive format errors, e.g. a
+  reply with no tool call); an uncaught error (endpoint down after retries) exits 1. The trajectory is
+  re-saved after every step, so a killed run keeps its partial trajectory.
+- Wire (LiteLLM 1.110.2 -> OpenAI SDK 3.57.0): ``POST <api_base>/chat/completions``, **non-streaming**,
+  body ``{model, messages, tools: [bash]}`` (no ``tools`` in text mode) plus temperature / max_tokens only
+  when set; ``drop_params`` / ``num_retries`` / ``timeout`` are consumed client-side. Headers:
+  ``authorization: Bearer <OPENAI_API_KEY>``, ``user-agent: OpenAI/Python 3.57.0``, ``x-stainless-*``
+  (lang, package-version, os, arch, runtime, runtime-version, async=false, raw-response=true,
+  ``x-stainless-retry-count: <n>``, ``x-stainless-read-timeout: 600.0`` by default).
+- Retries are two nested layers: the OpenAI SDK retries 5xx / connection errors ``num_retries`` times
+  (default 2, ~0.4 s / 0.9 s backoff, ``x-stainless-retry-count`` counts them), and mini wraps each query in
+  tenacity (``MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT``, default 10, exponential wait 4..60 s). Defaults make
+  a dead endpoint take minutes; this adapter sets both to fail fast (1 request, ~6 s incl. start-up).
+- Cost: the model is unknown to LiteLLM, so cost is 0 and ``MSWEA_COST_TRACKING=ignore_errors`` keeps that
+  from being fatal; ``-l 0`` disables the cost limit. ``LITELLM_LOCAL_MODEL_COST_MAP=True`` avoids a
+  network fetch at import; with it, the only connection the process makes is to ``api_base``.
+- Overhead: ~5 CPU-seconds per subprocess, almost all importing LiteLLM (~4.8 s wall on this machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+import yaml
+
+from harness_adapters.envs import HarnessEnv, ensure_harness_env
+
+NAME = "mini-swe-agent"
+DEFAULT_VERSION = "2.4.6"
+# LiteLLM and the OpenAI SDK decide what goes over the wire: pinned with the harness.
+PINNED_PACKAGES: dict[str, list[str]] = {
+    "2.4.6": ["mini-swe-agent==2.4.6", "litellm==1.110.2", "openai==3.57.0"],
+}
+FINISHED_EXIT_STATUSES = ("Submitted", "LimitsExceeded", "TimeExceeded", "RepeatedFormatError")
+CONFIG_NAMES = {"base": "repro-mswea-base.yaml", "settings": "repro-mswea-settings.yaml"}
+ROLLOUT_CONFIG_NAME = "repro-mswea-rollout.yaml"
+TRAJECTORY_NAME = "trajectory.traj.json"
+RESULT_NAME = "harness_run.json"
+DUMMY_API_KEY = "sk-repro-dummy"
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+_TAIL_CHARS = 4000
+
+RunStatus = Literal["finished", "crashed", "timeout"]
+
+
+@dataclass(frozen=True)
+class MiniSweAgentConfig:
+    """Harness settings that stay fixed across rollouts (they are part of the harness identity)."""
+
+    version: str = DEFAULT_VERSION
+    mode: Literal["toolcall", "text"] = "toolcall"
+    step_limit: int = 5
+    wall_time_limit_s: int = 0
+    command_timeout_s: int = 30
+    temperature: float | None = None
+    max_tokens: int | None = None
+    drop_params: bool = True
+    request_timeout_s: float = 600.0
+    num_retries: int = 0
+    query_attempts: int = 1
+    extra_model_kwargs: dict[str, Any] = field(default_factory=dict)
+    config_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("toolcall", "text"):
+            raise ValueError(f"mode must be 'toolcall' or 'text', got {self.mode!r}")
+
+
+@dataclass(frozen=True)
+class HarnessIdentity:
+    """What exactly ran: harness name/version, config file hashes, wire-relevant package versions."""
+
+    name: str
+    version: str
+    config_sha256: str
+    files: dict[str, str]
+    packages: dict[str, str]
+
+
+@dataclass(frozen=True)
+class HarnessRunResult:
+    """Outcome of one harness subprocess."""
+
+    status: RunStatus
+    reason: str
+    exit_code: int | None
+    duration_s: float
+    cpu_s: float
+    trajectory_path: Path | None
+    exit_status: str
+    n_model_calls: int
+    stdout_tail: str
+    stderr_tail: str
+    command: list[str]
+    identity: HarnessIdentity
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready view."""
+        data = asdict(self)
+        data["trajectory_path"] = str(self.trajectory_path) if self.trajectory_path else None
+        return data
+
+
+@dataclass(frozen=True)
+class _ProcessOutcome:
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+    cpu_s: float
+
+
+def ensure_mini_swe_agent_env(version: str = DEFAULT_VERSION) -> HarnessEnv:
+    """The cached isolated env for mini-SWE-agent ``version`` (built on first use, ~45-60 s, ~730 MB)."""
+    if not version.startswith("2."):
+        raise ValueError(f"only mini-SWE-agent 2.x is supported here, got {version!r}")
+    return ensure_harness_env(NAME, version, PINNED_PACKAGES.get(version, [f"mini-swe-agent=={version}"]))
+
+
+def run_mini_swe_agent(
+    task: str,
+    workdir: Path,
+    base_url: str,
+    model_name: str,
+    cfg: MiniSweAgentConfig,
+    output_dir: Path,
+    timeout_s: float,
+    *,
+    env: HarnessEnv | None = None,
+) -> HarnessRunResult:
+    """Run one rollout of mini-SWE-agent on ``task`` in ``workdir`` against ``base_url``."""
+    env = env or ensure_mini_swe_agent_env(cfg.version)
+    workdir, output_dir = Path(workdir).resolve(), Path(output_dir).resolve()
+    config_dir = output_dir / "config"
+    identity = write_harness_config(env, cfg, config_dir)
+    _write_yaml(config_dir / ROLLOUT_CONFIG_NAME, _rollout_settings(task, base_url, workdir))
+    _check_not_shadowed(workdir)
+    trajectory = output_dir / TRAJECTORY_NAME
+    trajectory.unlink(missing_ok=True)
+    cmd = build_command(env, model_name, trajectory)
+    proc_env = build_process_env(cfg, home=output_dir / "home", config_dir=config_dir)
+    outcome = _run_process(cmd, workdir, proc_env, output_dir, timeout_s)
+    result = _classify(outcome, trajectory, output_dir, cmd, identity, timeout_s)
+    (output_dir / RESULT_NAME).write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    return result
+
+
+def build_command(env: HarnessEnv, model_name: str, trajectory: Path) -> list[str]:
+    """The exact ``mini`` command line for one rollout."""
+    configs = [*CONFIG_NAMES.values(), ROLLOUT_CONFIG_NAME]
+    return [
+        str(env.script("mini")),
+        "-y",
+        "--exit-immediately",
+        "--environment-class",
+        "local",
+        "-m",
+        f"openai/{model_name}",
+        "-l",
+        "0",
+        "-o",
+        str(trajectory),
+        *[arg for name in configs for arg in ("-c", name)],
+    ]
+
+
+def build_process_env(cfg: MiniSweAgentConfig, *, home: Path, config_dir: Path) -> dict[str, str]:
+    """A clean environment: a few locale/PATH variables from the parent, nothing else (no secrets)."""
+    for sub in ("", ".config", ".cache", ".local/share", "mswea"):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+    env = {key: os.environ[key] for key in PASSTHROUGH_ENV if key in os.environ}
+    env.setdefault("PATH", os.defpath)
+    return env | {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "MSWEA_GLOBAL_CONFIG_DIR": str(home / "mswea"),
+        "MSWEA_CONFIG_DIR": str(config_dir),
+        "MSWEA_CONFIGURED": "true",
+        "MSWEA_COST_TRACKING": "ignore_errors",
+        "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": str(cfg.query_attempts),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "OPENAI_API_KEY": DUMMY_API_KEY,
+        "TYPER_STANDARD_TRACEBACK": "1",
+        "NO_COLOR": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def write_harness_config(env: HarnessEnv, cfg: MiniSweAgentConfig, config_dir: Path) -> HarnessIdentity:
+    """Write the base + settings YAML into ``config_dir`` and return the harness identity they define."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    base_path = config_dir / CONFIG_NAMES["base"]
+    shutil.copyfile(_base_config_source(env, cfg), base_path)
+    settings_path = config_dir / CONFIG_NAMES["settings"]
+    _write_yaml(settings_path, harness_settings(cfg))
+    files = {name: _sha256(config_dir / name) for name in CONFIG_NAMES.values()}
+    combined = hashlib.sha256("".join(f"{n}:{h}\n" for n, h in sorted(files.items())).encode()).hexdigest()
+    packages = {p: env.version_of(p) or "" for p in ("mini-swe-agent", "litellm", "openai")}
+    return HarnessIdentity(NAME, packages["mini-swe-agent"], combined, files, packages)
+
+
+def harness_settings(cfg: MiniSweAgentConfig) -> dict[str, Any]:
+    """The settings overlay (merged over the base YAML) that ``cfg`` stands for."""
+    model_kwargs: dict[str, Any] = {
+        "drop_params": cfg.drop_params,
+        "num_retries": cfg.num_retries,
+        "timeout": cfg.request_timeout_s,
+    }
+    if cfg.temperature is not None:
+        model_kwargs["temperature"] = cfg.temperature
+    if cfg.max_tokens is not None:
+        model_kwargs["max_tokens"] = cfg.max_tokens
+    model_kwargs |= dict(cfg.extra_model_kwargs)
+    model: dict[str, Any] = {"model_kwargs": model_kwargs}
+    if cfg.mode == "text":
+        model["model_class"] = "litellm_textbased"
+    return {
+        "agent": {"step_limit": cfg.step_limit, "wall_time_limit_seconds": cfg.wall_time_limit_s},
+        "environment": {"timeout": cfg.command_timeout_s},
+        "model": model,
+    }
+
+
+def _rollout_settings(task: str, base_url: str, workdir: Path) -> dict[str, Any]:
+    return {
+        "run": {"task": task},
+        "model": {"model_kwargs": {"api_base": base_url}},
+        "environment": {"cwd": str(workdir)},
+    }
+
+
+def _base_config_source(env: HarnessEnv, cfg: MiniSweAgentConfig) -> Path:
+    if cfg.config_file:
+        return Path(cfg.config_file).expanduser().resolve()
+    name = "mini.yaml" if cfg.mode == "toolcall" else "mini_textbased.yaml"
+    return env.site_packages / "minisweagent" / "config" / name
+
+
+def _check_not_shadowed(workdir: Path) -> None:
+    """mini looks up ``-c`` names in its cwd before ``MSWEA_CONFIG_DIR``: refuse a workdir that shadows."""
+    for name in [*CONFIG_NAMES.values(), ROLLOUT_CONFIG_NAME]:
+        if (workdir / name).exists():
+            raise ValueError(f"{workdir / name} would shadow the harness config; remove it from the workdir")
+
+
+def _run_process(cmd: list[str], cwd: Path, env: dict[str, str], output_dir: Path, timeout_s: float) -> _ProcessOutcome:
+    """Run ``cmd`` in its own session; on timeout kill its group and every descendant's group."""
+    started = time.monotonic()
+    with open(output_dir / "stdout.log", "wb") as out, open(output_dir / "stderr.log", "wb") as err:
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
+        )
+    timed_out = not _wait_for_exit(proc.pid, timeout_s)
+    if timed_out:
+        _kill_tree(proc.pid)
+    _, status, rusage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    _kill_group(proc.pid)  # stragglers left in the harness's own group
+    return _ProcessOutcome(
+        exit_code=None if timed_out else proc.returncode,
+        timed_out=timed_out,
+        duration_s=time.monotonic() - started,
+        cpu_s=rusage.ru_utime + rusage.ru_stime,
+    )
+
+
+def _wait_for_exit(pid: int, timeout_s: float) -> bool:
+    """Block until ``pid`` exits (True) or ``timeout_s`` passes (False), without reaping it."""
+    fd = os.pidfd_open(pid)
+    try:
+        readable, _, _ = select.select([fd], [], [], max(timeout_s, 0.0))
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the process group of ``pid`` and those of all its descendants (agent commands own one)."""
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    groups = {pid}
+    for child in descendants:
+        try:
+            groups.add(os.getpgid(child.pid))
+        except ProcessLookupError:
+            continue
+    for group in groups:
+        _kill_group(group)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _classify(
+    outcome: _ProcessOutcome,
+    trajectory: Path,
+    output_dir: Path,
+    cmd: list[str],
+    identity: HarnessIdentity,
+    timeout_s: float,
+) -> HarnessRunResult:
+    info = _trajectory_info(trajectory)
+    exit_status = str((info or {}).get("exit_status", ""))
+    status, reason = _status_and_reason(outcome, exit_status, info is not None, timeout_s)
+    if status == "crashed":
+        last_err = _tail(output_dir / "stderr.log").strip().splitlines()[-1:]
+        reason = f"{reason}: {last_err[0]}" if last_err else reason
+    return HarnessRunResult(
+        status=status,
+        reason=reason,
+        exit_code=outcome.exit_code,
+        duration_s=round(outcome.duration_s, 3),
+        cpu_s=round(outcome.cpu_s, 3),
+        trajectory_path=trajectory if trajectory.exists() else None,
+        exit_status=exit_status,
+        n_model_calls=int((info or {}).get("model_stats", {}).get("api_calls", 0)),
+        stdout_tail=_tail(output_dir / "stdout.log"),
+        stderr_tail=_tail(output_dir / "stderr.log"),
+        command=cmd,
+        identity=identity,
+    )
+
+
+def _status_and_reason(
+    outcome: _ProcessOutcome, exit_status: str, has_trajectory: bool, timeout_s: float
+) -> tuple[RunStatus, str]:
+    if outcome.timed_out:
+        return "timeout", f"killed after {timeout_s:g} s"
+    if outcome.exit_code != 0:
+        return "crashed", f"exit code {outcome.exit_code}, exit status {exit_status or 'none'}"
+    if not has_trajectory:
+        return "crashed", "exit code 0 but no trajectory written"
+    if exit_status not in FINISHED_EXIT_STATUSES:
+        return "crashed", f"unexpected exit status {exit_status!r}"
+    return "finished", exit_status
+
+
+def _trajectory_info(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text()).get("info", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _write_yaml(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(yaml.safe_dump(data, sort_keys=True, allow_unicode=True), encoding="utf-8")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _tail(path: Path, n_chars: int = _TAIL_CHARS) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, path.stat().st_size - n_chars))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
