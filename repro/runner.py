@@ -19,7 +19,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from hydra.utils import call
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments"
 
@@ -36,9 +36,14 @@ def compose_config(overrides: list[str]) -> DictConfig:
                              f"(files in {CONFIG_DIR / 'experiment'})")
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
-            return compose(config_name="config", overrides=overrides)
+            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
         except HydraException as exc:
             raise SystemExit(f"bad override: {exc}") from None
+    experiment = cfg.hydra.runtime.choices.get("experiment")
+    with open_dict(cfg):
+        del cfg["hydra"]
+        cfg.run.name = cfg.run.name or experiment
+    return cfg
 
 
 def _git_sha() -> str | None:

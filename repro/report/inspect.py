@@ -46,8 +46,9 @@ def rollouts_table(store: SqliteTraceStore) -> Table:
 def calls_table(store: SqliteTraceStore, rollout_id: str) -> Table:
     table = Table(title=f"calls of rollout {rollout_id}")
     for column in ("seq", "status", "stream", "prompt ids", "completion ids", "finish", "extends prev", "retry",
-                   "ms", "assistant"):
-        table.add_column(column, overflow="fold")
+                   "ms"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("assistant", overflow="ellipsis", no_wrap=True, max_width=60)
     for c in store.calls(rollout_id):
         ms = "-" if c.t_end is None else f"{1000 * (c.t_end - c.t_start):.0f}"
         extends = "-" if c.extends_previous is None else ("yes" if c.extends_previous else "NO")
@@ -57,12 +58,18 @@ def calls_table(store: SqliteTraceStore, rollout_id: str) -> Table:
     return table
 
 
+def console() -> Console:
+    """A console that stays wide when output is piped (tables would otherwise fold into unreadable columns)."""
+    plain = Console()
+    return plain if plain.is_terminal else Console(width=160)
+
+
 def inspect_path(path: Path, rollout_id: str | None = None) -> None:
     store = _store_for(path)
-    console = Console()
+    out = console()
     if rollout_id is None:
-        console.print(rollouts_table(store))
+        out.print(rollouts_table(store))
     else:
         if store.get_rollout(rollout_id) is None:
             raise SystemExit(f"no rollout {rollout_id!r} in {path}; `repro inspect {path}` lists them")
-        console.print(calls_table(store, rollout_id))
+        out.print(calls_table(store, rollout_id))

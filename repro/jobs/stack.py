@@ -1,0 +1,77 @@
+"""The live stack a job needs: a model checkpoint, a model server process, and the recording proxy process."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from repro.net import free_port
+from repro.proxy import ProxyConfig
+from repro.proxy.server import start_proxy_process
+from repro.serving.commands import start_cpu_server_process, stop_process
+from repro.serving.tiny_model import TinyModelConfig, build_tiny_model
+
+
+@dataclass
+class CpuServingConfig:
+    """The CPU model server a job starts (``port: 0`` picks a free port)."""
+
+    port: int = 0
+    served_model_name: str = "tiny"
+    max_batch_size: int = 8
+    torch_threads: int = 1
+    default_max_tokens: int = 128
+
+
+@dataclass
+class Stack:
+    model_dir: Path
+    server_url: str
+    proxy_url: str
+    proxy: ProxyConfig
+    served_model_name: str
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("REPRO_CACHE_DIR", Path.home() / ".cache" / "repro"))
+
+
+def tiny_model(config: TinyModelConfig, corpus: list[str]) -> tuple[Path, bool]:
+    """The tiny checkpoint for (config, corpus), built once and cached by a hash of both; (dir, was_cached)."""
+    key = hashlib.sha256(json.dumps([asdict(config), corpus], sort_keys=True).encode()).hexdigest()[:16]
+    out = cache_dir() / "models" / f"tiny-{key}"
+    if (out / "repro_model.json").exists():
+        return out, True
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    build_tiny_model(tmp, config, corpus)
+    tmp.rename(out)
+    return out, False
+
+
+@contextlib.contextmanager
+def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig, run_dir: Path) -> Iterator[Stack]:
+    """Start the CPU server and the proxy (logs in ``run_dir``); stop both on exit."""
+    server_port = serving.port or free_port()
+    server = start_cpu_server_process(
+        model_dir, server_port, served_model_name=serving.served_model_name, max_batch_size=serving.max_batch_size,
+        torch_threads=serving.torch_threads, default_max_tokens=serving.default_max_tokens,
+        log_path=run_dir / "model_server.log",
+    )
+    procs: list[subprocess.Popen] = [server]
+    try:
+        proxy_cfg = ProxyConfig(**{**asdict(proxy), "port": proxy.port or free_port(),
+                                   "upstream_url": f"http://127.0.0.1:{server_port}",
+                                   "store_path": str(run_dir / "traces.sqlite"),
+                                   "upstream_model": serving.served_model_name})
+        procs.append(start_proxy_process(proxy_cfg, log_path=run_dir / "proxy.log"))
+        yield Stack(model_dir, f"http://127.0.0.1:{server_port}", f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg,
+                    serving.served_model_name)
+    finally:
+        for proc in reversed(procs):
+            stop_process(proc)
