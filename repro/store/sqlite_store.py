@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from repro.store import drift
-from repro.store.codec import rollout_to_row, row_to_call, row_to_rollout
+from repro.store.codec import rebuild_prompts, rollout_to_row, row_to_call, row_to_rollout
 from repro.store.records import ROLLOUT_STATUSES, CallRecord, RolloutRecord
 from repro.store.schema import CALL_COLUMNS, DDL, ROLLOUT_COLUMNS, SCHEMA_VERSION
 
@@ -117,8 +117,13 @@ class SqliteTraceStore:
         """The rollout's calls in sequence order."""
         rows = self.conn.execute(
             f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE rollout_id=? ORDER BY seq", (rollout_id,)
-        )
-        return [row_to_call(r) for r in rows]
+        ).fetchall()
+        return [row_to_call(r, prompt) for r, prompt in zip(rows, rebuild_prompts(rows), strict=True)]
+
+    def stored_token_bytes(self) -> int:
+        """Bytes of token-id blobs on disk (prompts after delta encoding, plus completions)."""
+        row = self.conn.execute("SELECT sum(length(prompt_ids)), sum(length(completion_ids)) FROM calls").fetchone()
+        return int((row[0] or 0) + (row[1] or 0))
 
     def max_seq(self, rollout_id: str) -> int:
         """Highest call sequence number recorded for the rollout (-1 when none)."""

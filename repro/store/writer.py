@@ -14,14 +14,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-from repro.store.codec import call_to_row
+from repro.store.codec import call_to_row, rebuild_prompts
 from repro.store.drift import extends
 from repro.store.records import CallRecord, encode_ids
 from repro.store.schema import CALL_COLUMNS
 from repro.store.sqlite_store import TraceStoreConfig, connect
 
 _INSERT = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
-_PREVIOUS = "SELECT prompt_ids, completion_ids FROM calls WHERE rollout_id=? AND seq=?"
+_UP_TO = ("SELECT rollout_id, seq, prompt_ids, completion_ids, prompt_prefix_len FROM calls "
+          "WHERE rollout_id=? AND seq<=? ORDER BY seq")
 Done = Callable[[BaseException | None], None]
 _STOP = object()
 
@@ -132,22 +133,27 @@ class GroupCommitWriter:
     def _row(self, conn: sqlite3.Connection, call: CallRecord) -> tuple:
         prompt = encode_ids(call.prompt_ids)
         completion = encode_ids(call.completion_ids)
-        if call.extends_previous is None and prompt is not None and call.seq > 0:
+        stored, prefix_len = prompt, 0
+        if prompt is not None and call.seq > 0:
             previous = self._previous(conn, call.rollout_id, call.seq - 1)
             if previous is not None:
                 call.extends_previous = extends(previous[0], previous[1], prompt)
+                if call.extends_previous:
+                    cut = len(previous[0]) + len(previous[1])
+                    stored, prefix_len = prompt[cut:], cut // 4
         if prompt is not None:
             self._remember(call.rollout_id, call.seq, prompt, completion or b"")
-        return call_to_row(call, prompt, completion)
+        return call_to_row(call, stored, completion, prefix_len)
 
     def _previous(self, conn: sqlite3.Connection, rollout_id: str, seq: int) -> tuple[bytes, bytes] | None:
         cached = self._last.get(rollout_id)
         if cached is not None and cached[0] == seq:
             return cached[1], cached[2]
-        row = conn.execute(_PREVIOUS, (rollout_id, seq)).fetchone()
-        if row is None or row[0] is None:
+        rows = conn.execute(_UP_TO, (rollout_id, seq)).fetchall()
+        if not rows or rows[-1]["seq"] != seq:
             return None
-        return row[0], row[1] or b""
+        prompt = rebuild_prompts(rows)[-1]
+        return None if prompt is None else (prompt, rows[-1]["completion_ids"] or b"")
 
     def _remember(self, rollout_id: str, seq: int, prompt: bytes, completion: bytes) -> None:
         cached = self._last.get(rollout_id)

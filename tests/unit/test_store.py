@@ -113,3 +113,46 @@ def test_rollout_lifecycle(tmp_path: Path) -> None:
     assert rollout.status == "failed" and rollout.failure_reason == "harness crashed: exit 1"
     assert rollout.metadata == {"k": 1}
     assert orjson.loads(orjson.dumps(rollout.metadata)) == {"k": 1}
+
+
+step = st.tuples(st.sampled_from(["extend", "break", "error"]), token_lists.filter(bool), st.booleans())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(step, min_size=1, max_size=12))
+def test_delta_encoded_prompts_read_back_exactly(tmp_path_factory, steps) -> None:
+    """Whatever mix of extending, breaking and failed calls, and writer restarts, prompts read back whole."""
+    config = TraceStoreConfig(path=str(tmp_path_factory.mktemp("s") / "t.sqlite"))
+    writer = GroupCommitWriter(config)
+    prompt, completion, expected = [1], [2], []
+    for seq, (kind, tokens, restart) in enumerate(steps):
+        if kind == "error":
+            call = CallRecord("r", seq, "chat", "error")
+            expected.append(None)
+        else:
+            prompt = prompt + completion + tokens if kind == "extend" else tokens
+            completion = tokens[:3]
+            call = CallRecord("r", seq, "chat", "ok", prompt_ids=prompt, completion_ids=completion)
+            expected.append(prompt)
+        writer.write_sync(call)
+        if restart:  # a new writer has no cache: it must rebuild the previous prompt from the database
+            writer.close()
+            writer = GroupCommitWriter(config)
+    writer.close()
+    calls = open_store(config.path).calls("r")
+    assert [c.prompt_ids for c in calls] == expected
+
+
+def test_extending_rollout_storage_grows_linearly(tmp_path: Path) -> None:
+    config = TraceStoreConfig(path=str(tmp_path / "t.sqlite"))
+    writer = GroupCommitWriter(config)
+    prompt, turns, per_turn = list(range(1000)), 50, 100
+    for seq in range(turns):
+        completion = list(range(per_turn))
+        writer.write_sync(CallRecord("r", seq, "chat", "ok", prompt_ids=prompt, completion_ids=completion))
+        prompt = prompt + completion + list(range(per_turn))
+    writer.close()
+    store = open_store(config.path)
+    unique_tokens = 1000 + turns * 2 * per_turn
+    assert store.stored_token_bytes() <= 4 * unique_tokens  # quadratic would be ~ 4 * turns * mean prompt
+    assert len(store.calls("r")[-1].prompt_ids) == 1000 + (turns - 1) * 2 * per_turn
