@@ -1,0 +1,165 @@
+"""A tiny, offline, deterministic Qwen3 checkpoint: byte-level BPE tokenizer + random-init model.
+
+``build_tiny_model(out_dir, TinyModelConfig(seed=0), corpus)`` writes a normal transformers checkpoint
+directory (``config.json``, ``model.safetensors``, ``generation_config.json``, tokenizer files with a
+Qwen-style tool-calling chat template) plus ``repro_model.json`` (config + sha256 of the inputs).
+The same config and corpus give byte-identical weights and ``tokenizer.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import tokenizers
+import torch
+import transformers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+EOS_TOKEN = "<|im_end|>"
+SPECIAL_TOKENS = (PAD_TOKEN, IM_START, EOS_TOKEN)
+TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+MANIFEST_NAME = "repro_model.json"
+
+# Pieces a BPE merge never crosses: contractions, a word, one digit, one punctuation character (each
+# with an optional leading space), whitespace runs (the last space of a run goes with the next word).
+_SPLIT_PATTERN = r"'(?:s|t|re|ve|m|ll|d)| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]|\s+(?!\S)|\s+"
+
+DEFAULT_CORPUS = (
+    "The quick brown fox jumps over the lazy dog. A small model can still learn the shape of a task "
+    "when the examples are clear. Please read the file, find the bug and fix it. The tests should pass "
+    "after the change. Thank you for the report; I will look into it and reply soon.",
+    "def add(a, b):\n    return a + b\n\n\nclass Counter:\n    def __init__(self) -> None:\n"
+    "        self.count = 0\n\n    def step(self, n: int = 1) -> int:\n        self.count += n\n"
+    '        return self.count\n\n\nif __name__ == "__main__":\n    for i in range(10):\n'
+    "        print(add(i, 2 * i - 1))\n",
+    "import os\nimport sys\n\n\ndef main(argv: list[str]) -> int:\n    path = argv[1] if len(argv) > 1 "
+    "else '.'\n    for name in sorted(os.listdir(path)):\n        if name.endswith('.py'):\n"
+    "            print(name)\n    return 0\n",
+    "ls -la\ncd /tmp/work && cat main.py\ngrep -rn 'def ' src/ | head -20\n"
+    "sed -i 's/return a - b/return a + b/' calc.py && python -m pytest -q tests/\n"
+    "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\nfind . -name '*.py' | xargs wc -l\n",
+    '{"name": "bash", "arguments": {"command": "ls -la"}}\n'
+    '{"type": "function", "function": {"name": "bash", "description": "Run a shell command", '
+    '"parameters": {"type": "object", "properties": {"command": {"type": "string"}}, '
+    '"required": ["command"]}}}\n[1, 2, 3, true, false, null, 0.5, -7]\n',
+)
+
+
+@dataclass
+class TinyModelConfig:
+    """Everything that determines a tiny checkpoint (with the corpus)."""
+
+    seed: int = 0
+    vocab_size: int = 2048
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 384
+    max_position_embeddings: int = 8192
+    extra_added_tokens: list[str] = field(default_factory=list)
+
+
+def chat_template() -> str:
+    """The Qwen-style tool-calling chat template shipped with the package."""
+    return resources.files("repro.serving").joinpath("chat_template.jinja").read_text(encoding="utf-8")
+
+
+def inputs_sha256(config: TinyModelConfig, corpus: list[str]) -> str:
+    """sha256 over the config, the corpus texts, the default corpus and the chat template."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(asdict(config), sort_keys=True).encode())
+    for text in (*DEFAULT_CORPUS, *corpus, chat_template()):
+        digest.update(hashlib.sha256(text.encode("utf-8")).digest())
+    return digest.hexdigest()
+
+
+def train_tokenizer(config: TinyModelConfig, corpus: list[str]) -> Tokenizer:
+    """Train the byte-level BPE tokenizer; added tokens get ids after the trained vocabulary."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_SPLIT_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=config.vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([*DEFAULT_CORPUS, *corpus], trainer=trainer)
+    extra = sorted(set(config.extra_added_tokens) - set(TOOL_TOKENS) - set(SPECIAL_TOKENS))
+    tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in (*TOOL_TOKENS, *extra)])
+    return tok
+
+
+def wrap_tokenizer(tok: Tokenizer, max_length: int) -> PreTrainedTokenizerFast:
+    """Wrap a trained tokenizer with the special tokens and chat template transformers needs."""
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        chat_template=chat_template(),
+        clean_up_tokenization_spaces=False,
+        model_max_length=max_length,
+    )
+
+
+def build_model(config: TinyModelConfig, vocab_size: int, eos_id: int, pad_id: int) -> Qwen3ForCausalLM:
+    """Random-init Qwen3 model, seeded by ``config.seed``."""
+    model_config = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        head_dim=config.hidden_size // config.num_heads,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=True,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(config.seed)
+    model = Qwen3ForCausalLM(model_config)
+    model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id)
+    return model.eval()
+
+
+def build_tiny_model(out_dir: Path, config: TinyModelConfig, corpus: list[str]) -> Path:
+    """Build the tokenizer and model, save both to ``out_dir``, return ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = wrap_tokenizer(train_tokenizer(config, corpus), config.max_position_embeddings)
+    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
+    model = build_model(config, len(tokenizer), eos_id, pad_id)
+    tokenizer.save_pretrained(out_dir)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    manifest = {
+        "config": asdict(config),
+        "inputs_sha256": inputs_sha256(config, corpus),
+        "n_corpus_texts": len(corpus),
+        "vocab_size": len(tokenizer),
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "eos_token_id": eos_id,
+        "pad_token_id": pad_id,
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__,
+        },
+    }
+    (out_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return out_dir

@@ -1,0 +1,96 @@
+"""Start vLLM's OpenAI server (GPU) with the flags the rest of repro relies on.
+
+The CPU server (:mod:`repro.serving.cpu_server`) speaks the same dialect; vLLM is never imported here,
+only looked up with ``importlib.util.find_spec`` before launching ``vllm serve`` as a subprocess.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from repro.net import wait_for_http
+
+
+class VLLMNotInstalledError(RuntimeError):
+    """vllm is not importable in this environment."""
+
+
+@dataclass
+class VLLMConfig:
+    """``vllm serve`` settings (the model is a local checkpoint directory or a hub name)."""
+
+    model: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: str | None = None  # None: vLLM's default (the model argument)
+    seed: int = 0
+    max_logprobs: int = 20
+    tool_call_parser: str = "hermes"
+    enable_auto_tool_choice: bool = True
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    dtype: str | None = None
+    extra_args: list[str] = field(default_factory=list)
+    startup_timeout_s: float = 900.0
+    executable: str = "vllm"
+
+
+def build_vllm_command(config: VLLMConfig) -> list[str]:
+    """The ``vllm serve ...`` argv for ``config``."""
+    cmd = [config.executable, "serve", config.model, "--host", config.host, "--port", str(config.port)]
+    if config.served_model_name:
+        cmd += ["--served-model-name", config.served_model_name]
+    if config.enable_auto_tool_choice:
+        cmd += ["--enable-auto-tool-choice", "--tool-call-parser", config.tool_call_parser]
+    cmd += ["--max-logprobs", str(config.max_logprobs), "--seed", str(config.seed)]
+    if config.max_model_len is not None:
+        cmd += ["--max-model-len", str(config.max_model_len)]
+    if config.gpu_memory_utilization is not None:
+        cmd += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+    if config.dtype is not None:
+        cmd += ["--dtype", config.dtype]
+    return cmd + list(config.extra_args)
+
+
+def check_vllm_installed() -> None:
+    """Raise :class:`VLLMNotInstalledError` (with the install hint) when vllm is missing."""
+    if importlib.util.find_spec("vllm") is None:
+        raise VLLMNotInstalledError(
+            "vllm is not installed in this environment; install the GPU extra with "
+            "`pip install 'repro[gpu]'` (CUDA machines only), or use the CPU server (`repro serve`)."
+        )
+
+
+def _resolve_executable(name: str) -> str:
+    sibling = Path(sys.executable).with_name(name)
+    if sibling.exists():
+        return str(sibling)
+    return shutil.which(name) or name
+
+
+def launch_vllm(config: VLLMConfig, log_path: Path | None = None) -> subprocess.Popen:
+    """Start ``vllm serve`` and wait until ``/health`` answers; the caller stops the process."""
+    check_vllm_installed()
+    cmd = build_vllm_command(config)
+    cmd[0] = _resolve_executable(cmd[0])
+    proc = _popen(cmd, log_path)
+    try:
+        wait_for_http(f"http://{config.host}:{config.port}/health", config.startup_timeout_s, proc)
+    except BaseException:
+        proc.terminate()
+        proc.wait(timeout=30)
+        raise
+    return proc
+
+
+def _popen(cmd: list[str], log_path: Path | None) -> subprocess.Popen:
+    """Start ``cmd`` with its output appended to ``log_path`` (or inherited)."""
+    if log_path is None:
+        return subprocess.Popen(cmd)
+    with open(log_path, "ab") as log_file:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
