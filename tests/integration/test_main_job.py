@@ -1,0 +1,30 @@
+"""The README's main job, `repro run`, end to end on the real stack (tiny model, CPU server, proxy, mini-SWE-agent)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _repro(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "repro.cli", *args], capture_output=True, text=True, timeout=600,
+                          cwd=cwd)
+
+
+def test_default_run_records_every_harness_call(tmp_path: Path) -> None:
+    out = _repro("run", f"run.output_root={tmp_path}", "harness.step_limit=2", cwd=Path(__file__).parents[2])
+    assert out.returncode == 0, out.stderr[-3000:]
+    (metrics_path,) = tmp_path.glob("smoke/*/metrics.json")
+    metrics = json.loads(metrics_path.read_text())
+    assert metrics["harness"]["status"] == "finished"
+    assert metrics["calls"] == metrics["harness_reported_calls"] >= 1
+    assert metrics["calls_with_token_ids"] == metrics["calls"]
+    assert "calls of rollout smoke-0" in out.stdout
+    run_dir = metrics_path.parent
+    assert {"config.yaml", "manifest.json", "traces.sqlite"} <= {p.name for p in run_dir.iterdir()}
+    shown = _repro("inspect", str(run_dir), cwd=tmp_path)
+    assert shown.returncode == 0 and "smoke-0" in shown.stdout and "finished" in shown.stdout
+    missing = _repro("inspect", str(tmp_path / "nope"), cwd=tmp_path)
+    assert missing.returncode != 0 and "no trace store" in missing.stderr

@@ -1,0 +1,39 @@
+"""Every experiment file composes, and every config node in it instantiates; bad names fail clearly."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from repro.runner import compose_config, experiment_names
+
+
+def test_there_are_experiments() -> None:
+    assert {"smoke", "bench_proxy"} <= set(experiment_names())
+
+
+@pytest.mark.parametrize("name", experiment_names())
+def test_experiment_composes_and_instantiates(name: str) -> None:
+    cfg = compose_config([f"experiment={name}"])
+    assert cfg.run.name == name
+    job = cfg.job
+    assert job._target_.startswith("repro.")
+    for key, node in job.items():
+        if isinstance(node, DictConfig) and "_target_" in node:
+            obj = instantiate(node, _convert_="all")
+            assert type(obj).__name__ == node._target_.rsplit(".", 1)[1], key
+
+
+def test_default_experiment_is_smoke() -> None:
+    assert compose_config([]).run.name == "smoke"
+
+
+def test_unknown_experiment_names_the_choices() -> None:
+    with pytest.raises(SystemExit, match=r"unknown experiment 'nope'.*smoke"):
+        compose_config(["experiment=nope"])
+
+
+def test_bad_override_is_a_clear_error() -> None:
+    with pytest.raises(SystemExit, match="bad override"):
+        compose_config(["proxy.no_such_key=1"])
