@@ -10,18 +10,19 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 
 from repro.proxy.asgi import SSE_HEADERS, Receive, Send, send_bytes
 from repro.proxy.assemble import Extracted, StreamAccumulator, extract_response
 from repro.proxy.config import ProxyConfig
 from repro.proxy.errors import ProxyError, upstream_error
+from repro.proxy.upstream import Response, UpstreamError, UpstreamPool, UpstreamTimeout
 from repro.store import CallRecord, GroupCommitWriter
 
-_JSON_HEADERS = {"content-type": "application/json"}
-_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_PATHS = {"chat": b"/v1/chat/completions", "completions": b"/v1/completions"}
+_FAILURES = (UpstreamError, UpstreamTimeout, OSError)
 _DONE = b"data: [DONE]"
 
 
@@ -32,18 +33,17 @@ class Forwarder:
         self.config = config
         self.writer = writer
         self.base = config.upstream_url.rstrip("/")
-        self.session: aiohttp.ClientSession | None = None
+        url = urlsplit(self.base)
+        if url.scheme != "http" or not url.hostname:
+            raise ValueError(f"upstream_url must be http://host:port[/prefix], got {config.upstream_url!r}")
+        self.prefix = url.path.encode()
+        self.pool = UpstreamPool(url.hostname, url.port or 80, config.connect_timeout_s, config.read_timeout_s)
 
     async def open(self) -> None:
-        connector = aiohttp.TCPConnector(limit=self.config.max_upstream_connections, keepalive_timeout=60)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout_s,
-                                        sock_read=self.config.read_timeout_s)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
-                                             skip_auto_headers=("User-Agent",))
+        """Nothing to do: connections are opened on first use."""
 
     async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
+        self.pool.close()
 
     def upstream_body(self, call: CallRecord, request: dict[str, Any]) -> bytes:
         """The harness's request plus mode overrides, with token ids and sampled logprobs forced on."""
@@ -60,20 +60,23 @@ class Forwarder:
 
     async def models(self, send: Send) -> None:
         try:
-            async with self.session.get(self.base + "/v1/models") as resp:
-                await send_bytes(send, resp.status, await resp.read())
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            resp = await self.pool.request(b"GET", self.prefix + b"/v1/models")
+            data = await resp.read()
+        except _FAILURES as exc:
             raise self._connection_error(exc) from None
+        self.pool.release(resp)
+        await send_bytes(send, resp.status, data)
 
     # unary ----------------------------------------------------------------------------------------
     async def unary(self, call: CallRecord, request: dict[str, Any], send: Send) -> None:
-        url = self.base + _PATHS[call.endpoint]
+        path = self.prefix + _PATHS[call.endpoint]
         try:
-            async with self.session.post(url, data=self.upstream_body(call, request), headers=_JSON_HEADERS) as resp:
-                data = await resp.read()
-                status = resp.status
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            resp = await self.pool.request(b"POST", path, self.upstream_body(call, request))
+            data = await resp.read()
+        except _FAILURES as exc:
             return await self._fail(call, send, self._connection_error(exc))
+        self.pool.release(resp)
+        status = resp.status
         call.t_first_byte = call.t_end = time.time()
         call.http_status = status
         if status != 200:
@@ -88,17 +91,15 @@ class Forwarder:
 
     # streaming ------------------------------------------------------------------------------------
     async def stream(self, call: CallRecord, request: dict[str, Any], receive: Receive, send: Send) -> None:
-        url = self.base + _PATHS[call.endpoint]
+        path = self.prefix + _PATHS[call.endpoint]
         try:
-            resp = await self.session.post(url, data=self.upstream_body(call, request), headers=_JSON_HEADERS)
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            resp = await self.pool.request(b"POST", path, self.upstream_body(call, request))
+            data = await resp.read() if resp.status != 200 else b""
+        except _FAILURES as exc:
             return await self._fail(call, send, self._connection_error(exc))
         call.http_status = resp.status
         if resp.status != 200:
-            try:
-                data = await resp.read()
-            finally:
-                resp.release()
+            self.pool.release(resp)
             return await self._fail(call, send, self._status_error(resp.status, data))
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         disconnected = asyncio.Event()
@@ -107,18 +108,18 @@ class Forwarder:
             held = await self._pump(call, resp, send, disconnected)
         finally:
             watcher.cancel()
-            resp.release()
+            self.pool.release(resp)
         await self.writer.write(call)
         if call.status != "aborted":
             await send({"type": "http.response.body", "body": held, "more_body": False})
 
-    async def _pump(self, call: CallRecord, resp: aiohttp.ClientResponse, send: Send,
+    async def _pump(self, call: CallRecord, resp: Response, send: Send,
                     disconnected: asyncio.Event) -> bytes:
         """Pass chunks through as they arrive; returns the tail to send after the commit."""
         acc = StreamAccumulator()
         held = b""
         try:
-            async for data in resp.content.iter_any():
+            async for data in resp.chunks():
                 if call.t_first_byte is None:
                     call.t_first_byte = time.time()
                 acc.feed(data)
@@ -129,7 +130,7 @@ class Forwarder:
                     held = data[cut:] if cut >= 0 else data
                     break
                 await send({"type": "http.response.body", "body": data, "more_body": True})
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except _FAILURES as exc:
             if not disconnected.is_set():
                 call.status, call.error = "error", f"upstream stream failed: {_describe(exc, self.config)}"
         except orjson.JSONDecodeError as exc:
@@ -152,7 +153,7 @@ class Forwarder:
         await send_bytes(send, error.status, error.body())
 
     def _connection_error(self, exc: BaseException) -> ProxyError:
-        status = 504 if isinstance(exc, asyncio.TimeoutError) else 502
+        status = 504 if isinstance(exc, UpstreamTimeout) else 502
         return upstream_error(status, _describe(exc, self.config))
 
     def _status_error(self, status: int, data: bytes) -> ProxyError:
@@ -162,18 +163,18 @@ class Forwarder:
         return ProxyError(status, f"upstream rejected the request ({status}): {text}")
 
 
-async def _watch_disconnect(receive: Receive, disconnected: asyncio.Event, resp: aiohttp.ClientResponse) -> None:
-    """On client disconnect, close the upstream response: the upstream sees the connection drop and stops."""
+async def _watch_disconnect(receive: Receive, disconnected: asyncio.Event, resp: Response) -> None:
+    """On client disconnect, drop the upstream connection: the upstream sees it go and stops generating."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             disconnected.set()
-            resp.close()
+            resp.abort()
             return
 
 
 def _describe(exc: BaseException, config: ProxyConfig) -> str:
-    if isinstance(exc, asyncio.TimeoutError):
+    if isinstance(exc, UpstreamTimeout):
         return f"upstream {config.upstream_url} sent nothing for {config.read_timeout_s}s (proxy.read_timeout_s)"
     return f"upstream {config.upstream_url} unreachable: {type(exc).__name__}: {exc}"
 

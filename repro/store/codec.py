@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -23,45 +24,66 @@ def _bool_or_none(value: int | None) -> bool | None:
 
 
 class CorruptTraceError(RuntimeError):
-    """A delta-encoded prompt whose previous call is missing or does not match."""
+    """A delta-encoded prompt or request whose previous call is missing or does not match."""
 
 
-def call_to_row(call: CallRecord, prompt_blob: bytes | None, completion_blob: bytes | None,
-                prompt_prefix_len: int = 0) -> tuple:
-    """A CallRecord as a row tuple in CALL_COLUMNS order (token blobs passed in, already encoded;
-    ``prompt_blob`` is only the suffix when ``prompt_prefix_len`` > 0)."""
+@dataclass
+class Previous:
+    """What the next call of a rollout is compared with: call ``seq``'s full prompt, completion and messages."""
+
+    seq: int
+    prompt: bytes | None
+    completion: bytes
+    messages: list | None
+
+
+def call_to_row(call: CallRecord, request: dict[str, Any] | None, prompt_blob: bytes | None,
+                completion_blob: bytes | None, prompt_prefix_len: int = 0, messages_prefix_len: int = 0) -> tuple:
+    """A CallRecord as a row tuple in CALL_COLUMNS order. ``request`` and ``prompt_blob`` are what is stored
+    (only the new messages / tokens when the matching prefix length is > 0)."""
     return (
-        call.rollout_id, call.seq, call.endpoint, call.status, _dumps(call.request), _dumps(call.response),
+        call.rollout_id, call.seq, call.endpoint, call.status, _dumps(request), _dumps(call.response),
         prompt_blob, completion_blob, encode_floats(call.logprobs), call.finish_reason, call.prompt_tokens,
         call.completion_tokens, call.http_status, call.error, int(call.streamed), call.retry_count,
         _dumps(call.client_headers), _dumps(call.sampling_overrides), call.t_start, call.t_first_byte,
         call.t_end, None if call.extends_previous is None else int(call.extends_previous), prompt_prefix_len,
+        messages_prefix_len,
     )
 
 
-def rebuild_prompts(rows: list[sqlite3.Row]) -> list[bytes | None]:
-    """Full prompt blobs for one rollout's rows given in seq order (undoing the prefix delta encoding)."""
-    full: list[bytes | None] = []
-    prev_seq, prev_prompt, prev_completion = None, b"", b""
+def _corrupt(row: sqlite3.Row, what: str) -> CorruptTraceError:
+    return CorruptTraceError(f"call {row['rollout_id']}#{row['seq']}: its {what} prefix from call "
+                             f"#{row['seq'] - 1} cannot be rebuilt")
+
+
+def rebuild(rows: list[sqlite3.Row]) -> list[tuple[bytes | None, dict[str, Any] | None]]:
+    """Full (prompt blob, request) for one rollout's rows given in seq order, undoing the delta encoding."""
+    out: list[tuple[bytes | None, dict[str, Any] | None]] = []
+    prev = Previous(-1, None, b"", None)
     for row in rows:
-        blob, prefix_len = row["prompt_ids"], row["prompt_prefix_len"]
-        if prefix_len:
-            prefix = prev_prompt + prev_completion
-            if prev_seq != row["seq"] - 1 or len(prefix) != 4 * prefix_len:
-                raise CorruptTraceError(f"call {row['rollout_id']}#{row['seq']}: its prompt prefix "
-                                        f"({prefix_len} tokens from call #{row['seq'] - 1}) cannot be rebuilt")
-            blob = prefix + (blob or b"")
-        full.append(blob)
-        if blob is not None:
-            prev_seq, prev_prompt, prev_completion = row["seq"], blob, row["completion_ids"] or b""
-    return full
+        prompt, request = row["prompt_ids"], _loads(row["request_json"])
+        if row["prompt_prefix_len"]:
+            if prev.seq != row["seq"] - 1 or prev.prompt is None:
+                raise _corrupt(row, "prompt")
+            prefix = prev.prompt + prev.completion
+            if len(prefix) != 4 * row["prompt_prefix_len"]:
+                raise _corrupt(row, "prompt")
+            prompt = prefix + (prompt or b"")
+        if row["messages_prefix_len"]:
+            if prev.seq != row["seq"] - 1 or prev.messages is None or len(prev.messages) != row["messages_prefix_len"]:
+                raise _corrupt(row, "messages")
+            request["messages"] = prev.messages + request["messages"]
+        out.append((prompt, request))
+        messages = request.get("messages") if isinstance(request, dict) else None
+        prev = Previous(row["seq"], prompt, row["completion_ids"] or b"", messages)
+    return out
 
 
-def row_to_call(row: sqlite3.Row, prompt_blob: bytes | None) -> CallRecord:
-    """Inverse of :func:`call_to_row` for a row read with all CALL_COLUMNS (full prompt blob passed in)."""
+def row_to_call(row: sqlite3.Row, prompt_blob: bytes | None, request: dict[str, Any] | None) -> CallRecord:
+    """Inverse of :func:`call_to_row` for a row read with all CALL_COLUMNS (full prompt and request passed in)."""
     return CallRecord(
         rollout_id=row["rollout_id"], seq=row["seq"], endpoint=row["endpoint"], status=row["status"],
-        request=_loads(row["request_json"]), response=_loads(row["response_json"]),
+        request=request, response=_loads(row["response_json"]),
         prompt_ids=decode_ids(prompt_blob), completion_ids=decode_ids(row["completion_ids"]),
         logprobs=decode_floats(row["logprobs"]), finish_reason=row["finish_reason"],
         prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],

@@ -3,10 +3,12 @@
 ``calls.prompt_ids`` holds int32 token ids. When a call's prompt extends the previous call's prompt +
 completion (``extends_previous``), only the new suffix is stored and ``prompt_prefix_len`` says how many
 leading tokens come from the previous call; storage then grows linearly with a rollout's turns, not
-quadratically. Readers rebuild full prompts in sequence order (``codec.rebuild_prompts``).
+quadratically. Likewise, when a chat request's ``messages`` start with the previous call's messages,
+only the new messages are stored and ``messages_prefix_len`` counts the ones taken from the previous call.
+Readers rebuild full prompts and requests in sequence order (``codec.rebuild``).
 """
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -56,6 +58,7 @@ CREATE TABLE IF NOT EXISTS calls (
     t_end              REAL,
     extends_previous   INTEGER,
     prompt_prefix_len  INTEGER NOT NULL DEFAULT 0,
+    messages_prefix_len INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (rollout_id, seq)
 ) WITHOUT ROWID;
 """
@@ -64,7 +67,7 @@ CALL_COLUMNS = (
     "rollout_id", "seq", "endpoint", "status", "request_json", "response_json", "prompt_ids",
     "completion_ids", "logprobs", "finish_reason", "prompt_tokens", "completion_tokens", "http_status",
     "error", "streamed", "retry_count", "client_headers", "sampling_overrides", "t_start", "t_first_byte",
-    "t_end", "extends_previous", "prompt_prefix_len",
+    "t_end", "extends_previous", "prompt_prefix_len", "messages_prefix_len",
 )
 
 ROLLOUT_COLUMNS = (

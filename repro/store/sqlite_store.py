@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from repro.store import drift
-from repro.store.codec import rebuild_prompts, rollout_to_row, row_to_call, row_to_rollout
+from repro.store.codec import rebuild, rollout_to_row, row_to_call, row_to_rollout
 from repro.store.records import ROLLOUT_STATUSES, CallRecord, RolloutRecord
 from repro.store.schema import CALL_COLUMNS, DDL, ROLLOUT_COLUMNS, SCHEMA_VERSION
 
@@ -118,7 +118,7 @@ class SqliteTraceStore:
         rows = self.conn.execute(
             f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE rollout_id=? ORDER BY seq", (rollout_id,)
         ).fetchall()
-        return [row_to_call(r, prompt) for r, prompt in zip(rows, rebuild_prompts(rows), strict=True)]
+        return [row_to_call(r, prompt, request) for r, (prompt, request) in zip(rows, rebuild(rows), strict=True)]
 
     def stored_token_bytes(self) -> int:
         """Bytes of token-id blobs on disk (prompts after delta encoding, plus completions)."""

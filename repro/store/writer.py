@@ -14,15 +14,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-from repro.store.codec import call_to_row, rebuild_prompts
+from repro.store.codec import Previous, call_to_row, rebuild
 from repro.store.drift import extends
 from repro.store.records import CallRecord, encode_ids
 from repro.store.schema import CALL_COLUMNS
 from repro.store.sqlite_store import TraceStoreConfig, connect
 
 _INSERT = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
-_UP_TO = ("SELECT rollout_id, seq, prompt_ids, completion_ids, prompt_prefix_len FROM calls "
-          "WHERE rollout_id=? AND seq<=? ORDER BY seq")
+_UP_TO = ("SELECT rollout_id, seq, prompt_ids, completion_ids, request_json, prompt_prefix_len, messages_prefix_len "
+          "FROM calls WHERE rollout_id=? AND seq<=? ORDER BY seq")
 Done = Callable[[BaseException | None], None]
 _STOP = object()
 
@@ -35,7 +35,7 @@ class GroupCommitWriter:
         self._max_batch = max_batch
         self._cache_rollouts = cache_rollouts
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._last: OrderedDict[str, tuple[int, bytes, bytes]] = OrderedDict()
+        self._last: OrderedDict[str, Previous] = OrderedDict()
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self.commits = 0
@@ -133,33 +133,37 @@ class GroupCommitWriter:
     def _row(self, conn: sqlite3.Connection, call: CallRecord) -> tuple:
         prompt = encode_ids(call.prompt_ids)
         completion = encode_ids(call.completion_ids)
-        stored, prefix_len = prompt, 0
-        if prompt is not None and call.seq > 0:
-            previous = self._previous(conn, call.rollout_id, call.seq - 1)
-            if previous is not None:
-                call.extends_previous = extends(previous[0], previous[1], prompt)
-                if call.extends_previous:
-                    cut = len(previous[0]) + len(previous[1])
-                    stored, prefix_len = prompt[cut:], cut // 4
-        if prompt is not None:
-            self._remember(call.rollout_id, call.seq, prompt, completion or b"")
-        return call_to_row(call, stored, completion, prefix_len)
+        request = call.request
+        messages = request.get("messages") if isinstance(request, dict) else None
+        stored_prompt, prompt_prefix, stored_request, messages_prefix = prompt, 0, request, 0
+        previous = self._previous(conn, call.rollout_id, call.seq - 1) if call.seq > 0 else None
+        if previous is not None and prompt is not None and previous.prompt is not None:
+            call.extends_previous = extends(previous.prompt, previous.completion, prompt)
+            if call.extends_previous:
+                cut = len(previous.prompt) + len(previous.completion)
+                stored_prompt, prompt_prefix = prompt[cut:], cut // 4
+        if previous is not None and _extends_messages(previous.messages, messages):
+            messages_prefix = len(previous.messages)
+            stored_request = {**request, "messages": messages[messages_prefix:]}
+        self._remember(call.rollout_id, Previous(call.seq, prompt, completion or b"", messages))
+        return call_to_row(call, stored_request, stored_prompt, completion, prompt_prefix, messages_prefix)
 
-    def _previous(self, conn: sqlite3.Connection, rollout_id: str, seq: int) -> tuple[bytes, bytes] | None:
+    def _previous(self, conn: sqlite3.Connection, rollout_id: str, seq: int) -> Previous | None:
         cached = self._last.get(rollout_id)
-        if cached is not None and cached[0] == seq:
-            return cached[1], cached[2]
+        if cached is not None and cached.seq == seq:
+            return cached
         rows = conn.execute(_UP_TO, (rollout_id, seq)).fetchall()
         if not rows or rows[-1]["seq"] != seq:
             return None
-        prompt = rebuild_prompts(rows)[-1]
-        return None if prompt is None else (prompt, rows[-1]["completion_ids"] or b"")
+        prompt, request = rebuild(rows)[-1]
+        messages = request.get("messages") if isinstance(request, dict) else None
+        return Previous(seq, prompt, rows[-1]["completion_ids"] or b"", messages)
 
-    def _remember(self, rollout_id: str, seq: int, prompt: bytes, completion: bytes) -> None:
+    def _remember(self, rollout_id: str, previous: Previous) -> None:
         cached = self._last.get(rollout_id)
-        if cached is not None and cached[0] > seq:
+        if cached is not None and cached.seq > previous.seq:
             return
-        self._last[rollout_id] = (seq, prompt, completion)
+        self._last[rollout_id] = previous
         self._last.move_to_end(rollout_id)
         while len(self._last) > self._cache_rollouts:
             self._last.popitem(last=False)
@@ -186,3 +190,10 @@ def _resolve(futures: list) -> None:
             future.set_result(None)
         else:
             future.set_exception(error)
+
+
+def _extends_messages(previous: list | None, messages: list | None) -> bool:
+    """True when ``messages`` starts with all of ``previous`` (a non-empty list)."""
+    if not previous or not isinstance(messages, list) or len(messages) < len(previous):
+        return False
+    return messages[: len(previous)] == previous

@@ -115,32 +115,42 @@ def test_rollout_lifecycle(tmp_path: Path) -> None:
     assert orjson.loads(orjson.dumps(rollout.metadata)) == {"k": 1}
 
 
-step = st.tuples(st.sampled_from(["extend", "break", "error"]), token_lists.filter(bool), st.booleans())
+step = st.tuples(st.sampled_from(["extend", "break", "error"]), token_lists.filter(bool), st.booleans(),
+                 st.sampled_from(["append", "rewrite", "none"]))
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(step, min_size=1, max_size=12))
-def test_delta_encoded_prompts_read_back_exactly(tmp_path_factory, steps) -> None:
-    """Whatever mix of extending, breaking and failed calls, and writer restarts, prompts read back whole."""
+def test_delta_encoded_calls_read_back_exactly(tmp_path_factory, steps) -> None:
+    """Whatever mix of extending, breaking and failed calls, message histories that grow or are rewritten,
+    and writer restarts, prompts and requests read back whole."""
     config = TraceStoreConfig(path=str(tmp_path_factory.mktemp("s") / "t.sqlite"))
     writer = GroupCommitWriter(config)
-    prompt, completion, expected = [1], [2], []
-    for seq, (kind, tokens, restart) in enumerate(steps):
+    prompt, completion, messages = [1], [2], [{"role": "system", "content": "s"}]
+    expected_prompts, expected_requests = [], []
+    for seq, (kind, tokens, restart, history) in enumerate(steps):
+        if history == "append":
+            messages = [*messages, {"role": "user", "content": str(tokens)}]
+        elif history == "rewrite":
+            messages = [{"role": "user", "content": f"summary {seq}"}]
+        request = {"model": "m", "messages": messages} if history != "none" else {"model": "m", "prompt": "p"}
         if kind == "error":
-            call = CallRecord("r", seq, "chat", "error")
-            expected.append(None)
+            call = CallRecord("r", seq, "chat", "error", request=request)
+            expected_prompts.append(None)
         else:
             prompt = prompt + completion + tokens if kind == "extend" else tokens
             completion = tokens[:3]
-            call = CallRecord("r", seq, "chat", "ok", prompt_ids=prompt, completion_ids=completion)
-            expected.append(prompt)
+            call = CallRecord("r", seq, "chat", "ok", request=request, prompt_ids=prompt, completion_ids=completion)
+            expected_prompts.append(prompt)
+        expected_requests.append(request)
         writer.write_sync(call)
-        if restart:  # a new writer has no cache: it must rebuild the previous prompt from the database
+        if restart:  # a new writer has no cache: it must rebuild the previous call from the database
             writer.close()
             writer = GroupCommitWriter(config)
     writer.close()
     calls = open_store(config.path).calls("r")
-    assert [c.prompt_ids for c in calls] == expected
+    assert [c.prompt_ids for c in calls] == expected_prompts
+    assert [c.request for c in calls] == expected_requests
 
 
 def test_extending_rollout_storage_grows_linearly(tmp_path: Path) -> None:
@@ -156,3 +166,17 @@ def test_extending_rollout_storage_grows_linearly(tmp_path: Path) -> None:
     unique_tokens = 1000 + turns * 2 * per_turn
     assert store.stored_token_bytes() <= 4 * unique_tokens  # quadratic would be ~ 4 * turns * mean prompt
     assert len(store.calls("r")[-1].prompt_ids) == 1000 + (turns - 1) * 2 * per_turn
+
+
+def test_growing_message_history_is_stored_once(tmp_path: Path) -> None:
+    config = TraceStoreConfig(path=str(tmp_path / "t.sqlite"))
+    writer = GroupCommitWriter(config)
+    messages = [{"role": "system", "content": "x" * 4000}]
+    for seq in range(40):
+        messages = [*messages, {"role": "user", "content": f"observation {seq} " + "o" * 200}]
+        writer.write_sync(CallRecord("r", seq, "chat", "ok", request={"model": "m", "messages": messages}))
+    writer.close()
+    store = open_store(config.path)
+    stored = store.conn.execute("SELECT sum(length(request_json)) FROM calls").fetchone()[0]
+    assert stored < 4000 + 40 * 400  # each message once, not the whole history per call
+    assert store.calls("r")[-1].request["messages"] == messages
