@@ -133,10 +133,14 @@ class Response:
             waiter.set_result(None)
 
     async def chunks(self):
-        """Body pieces as they arrive (already de-chunked); raises UpstreamError/UpstreamTimeout on failure."""
+        """Body bytes as they arrive (de-chunked; pieces that arrived together are joined); raises
+        UpstreamError/UpstreamTimeout on failure."""
         while True:
-            while self._pieces:
-                yield self._pieces.popleft()
+            if self._pieces:  # everything that has arrived goes on at once: one write downstream, not one per piece
+                data = self._pieces.popleft() if len(self._pieces) == 1 else b"".join(self._pieces)
+                self._pieces.clear()
+                yield data
+                continue
             if self._done:
                 if self._error is not None:
                     raise self._error
