@@ -14,7 +14,7 @@ import orjson
 from repro.store import drift
 from repro.store.codec import rebuild, rollout_to_row, row_to_call, row_to_rollout
 from repro.store.records import ROLLOUT_STATUSES, CallRecord, RolloutRecord
-from repro.store.schema import CALL_COLUMNS, DDL, ROLLOUT_COLUMNS, SCHEMA_VERSION
+from repro.store.schema import CALL_COLUMNS, DDL, PAGE_SIZE, ROLLOUT_COLUMNS, SCHEMA_VERSION
 
 _ROLLOUT_INSERT = (
     f"INSERT INTO rollouts ({', '.join(ROLLOUT_COLUMNS)}) VALUES ({', '.join('?' * len(ROLLOUT_COLUMNS))})"
@@ -42,6 +42,7 @@ def connect(config: TraceStoreConfig) -> sqlite3.Connection:
     conn = sqlite3.connect(config.path, isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout={int(config.busy_timeout_ms)}")
+    conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect only when the file is new
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={config.synchronous.upper()}")
     conn.executescript(DDL)
