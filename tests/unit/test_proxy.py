@@ -201,3 +201,29 @@ def test_rollout_finish_and_info(proxy: RunningProxy) -> None:
     assert rollout.status == "finished" and rollout.reward == 1.0 and rollout.task_id == "t9"
     assert httpx.post(f"{proxy.url}/rollouts/fin/finish", json={"status": "weird"}).status_code == 400
     assert httpx.post(f"{proxy.url}/rollouts", json={"rollout_id": "fin"}).status_code == 409
+
+
+def test_upstream_silent_mid_stream_ends_the_stream_with_an_error(tmp_path, fake_upstream) -> None:
+    server, config = start_proxy(tmp_path, fake_upstream[1], read_timeout_s=0.02)
+    with server:
+        running = RunningProxy(server.url, config)
+        base = running.new_rollout("stall")
+        started = time.monotonic()
+        with httpx.stream("POST", f"{base}/chat/completions", json={
+                "model": "slow-stream", "messages": [{"role": "user", "content": "x"}], "stream": True}) as resp:
+            text = resp.read().decode()
+        assert time.monotonic() - started < 5
+        assert "[DONE]" not in text and "sent nothing" in text
+        (call,) = running.store().calls("stall")
+        assert call.status == "error" and "sent nothing" in call.error
+
+
+def test_models_and_health_routes(proxy: RunningProxy) -> None:
+    proxy.new_rollout("m1")
+    assert httpx.get(f"{proxy.url}/health").json() == {"status": "ok"}
+    for url in (f"{proxy.url}/v1/models", f"{proxy.url}/rollouts/m1/v1/models"):
+        resp = httpx.get(url)
+        assert resp.status_code == 200 and resp.json()["data"][0]["id"] == "fake"
+    resp = httpx.post(f"{proxy.url}/v1/chat/completions", json={})
+    assert resp.status_code == 404 and "/rollouts/" in resp.json()["error"]["message"]
+    assert proxy.store().count_calls() == 0

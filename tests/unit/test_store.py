@@ -180,3 +180,17 @@ def test_growing_message_history_is_stored_once(tmp_path: Path) -> None:
     stored = store.conn.execute("SELECT sum(length(request_json)) FROM calls").fetchone()[0]
     assert stored < 4000 + 40 * 400  # each message once, not the whole history per call
     assert store.calls("r")[-1].request["messages"] == messages
+
+
+def test_run_drift_summary_counts_rollouts_with_breaks(tmp_path: Path) -> None:
+    config = TraceStoreConfig(path=str(tmp_path / "t.sqlite"))
+    store = open_store(config.path)
+    writer = GroupCommitWriter(config)
+    for rollout_id, second_prompt in (("a", [1, 2, 3]), ("b", [9])):
+        store.create_rollout(RolloutRecord(rollout_id, run_id="run"))
+        writer.write_sync(CallRecord(rollout_id, 0, "chat", "ok", prompt_ids=[1], completion_ids=[2]))
+        writer.write_sync(CallRecord(rollout_id, 1, "chat", "ok", prompt_ids=second_prompt, completion_ids=[4]))
+    writer.close()
+    summary = store.run_drift_summary("run")
+    assert (summary.rollouts, summary.calls, summary.comparable, summary.extending) == (2, 4, 2, 1)
+    assert summary.rollouts_with_break == 1 and summary.extend_rate == 0.5
