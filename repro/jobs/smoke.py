@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
+import yaml
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig, ensure_mini_swe_agent_env, run_mini_swe_agent
 from repro.jobs.stack import CpuServingConfig, running_stack, tiny_model
@@ -46,6 +47,9 @@ def smoke_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyCon
     started = time.time()
     env = ensure_mini_swe_agent_env(harness.version)
     model_dir, cached = tiny_model(model, _corpus(task, env.root))
+    store = open_store(run_dir / "traces.sqlite")
+    store.create_run(run_dir.name, yaml.safe_load((run_dir / "config.yaml").read_text()))
+    store.close()
     workdir = run_dir / "workdir"
     workdir.mkdir()
     (workdir / task.filename).write_text(task.source)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from repro.store import open_store
+
 
 def _repro(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "repro.cli", *args], capture_output=True, text=True, timeout=600,
@@ -24,6 +26,10 @@ def test_default_run_records_every_harness_call(tmp_path: Path) -> None:
     assert "calls of rollout smoke-0" in out.stdout
     run_dir = metrics_path.parent
     assert {"config.yaml", "manifest.json", "traces.sqlite"} <= {p.name for p in run_dir.iterdir()}
+    store = open_store(run_dir / "traces.sqlite")
+    (rollout,) = store.list_rollouts(run_dir.name)  # the rollout belongs to this run's row
+    assert rollout.harness == "mini-swe-agent" and rollout.status == "finished"
+    assert store.conn.execute("SELECT count(*) FROM runs WHERE run_id=?", (run_dir.name,)).fetchone()[0] == 1
     shown = _repro("inspect", str(run_dir), cwd=tmp_path)
     assert shown.returncode == 0 and "smoke-0" in shown.stdout and "finished" in shown.stdout
     missing = _repro("inspect", str(tmp_path / "nope"), cwd=tmp_path)
