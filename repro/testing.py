@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from repro.proxy.asgi import SSE_HEADERS, Receive, Send, read_body, send_bytes
+from repro.asgi import SSE_HEADERS, Receive, Send, read_body, send_bytes
 
 
 def _content_text(content: Any) -> str:

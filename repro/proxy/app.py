@@ -17,7 +17,7 @@ import dataclasses
 import time
 from typing import Any
 
-from repro.proxy.asgi import Receive, Send, declared_length, read_body, send_bytes, send_json
+from repro.asgi import Receive, Send, declared_length, read_body, send_bytes, send_json
 from repro.proxy.config import ProxyConfig
 from repro.proxy.errors import ProxyError, bad_request
 from repro.proxy.forward import Forwarder

@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-import orjson
+from repro.asgi import HttpError
 
-
-class ProxyError(Exception):
-    """An error with an HTTP status and a message meant for the client."""
-
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-
-    def body(self) -> bytes:
-        return orjson.dumps({"error": {"message": self.message, "type": self.kind, "code": self.status}})
+ProxyError = HttpError  # the proxy's errors are plain HTTP errors in the OpenAI format
 
 
 def bad_request(message: str) -> ProxyError:

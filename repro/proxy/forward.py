@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from repro.proxy.asgi import SSE_HEADERS, Receive, Send, send_bytes
+from repro.asgi import SSE_HEADERS, Receive, Send, send_bytes
 from repro.proxy.assemble import Extracted, StreamAccumulator, extract_response
 from repro.proxy.config import ProxyConfig
 from repro.proxy.errors import ProxyError, upstream_error

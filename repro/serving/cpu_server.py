@@ -16,12 +16,13 @@ import asyncio
 import contextlib
 import logging
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from repro.asgi import Receive, Send, send_bytes, send_json
 from repro.serving.engine import (
     Engine,
     EngineConfig,
@@ -53,8 +54,6 @@ from repro.serving.streaming import (
 log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 @dataclass
@@ -77,6 +76,7 @@ class Generation:
             if not prompt:
                 raise BadRequestError("the prompt is empty")
             engine.resolve_max_tokens(len(prompt), common.sampling.max_tokens)
+        self.common = common
         self.queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
         self.requests = [
             engine.submit(prompt, common.row_params(j), self.queue, tag=i * common.n + j)
@@ -247,23 +247,12 @@ class CPUServerApp:
         check_model(req.common.model, self.served_model_name)
         prompt_ids = self._render_chat(req.messages, req.tools, req.add_generation_prompt, req.chat_template_kwargs)
         generation = Generation(self.engine, [prompt_ids], req.common)
-        try:
-            if req.common.stream:
-                streamer = ChatStreamer(
-                    req.common, self.served_model_name, prompt_ids, req.parse_tools, self.token_text
-                )
-                await stream_sse(send, streamer.run(generation.events()))
-            else:
-                outs = await generation.collect()
-                await send_json(
-                    send,
-                    200,
-                    build_chat_response(
-                        outs, req.common, self.served_model_name, prompt_ids, req.parse_tools, self.token_text
-                    ),
-                )
-        finally:
-            generation.cancel()
+        await self._answer(
+            send, generation,
+            lambda: ChatStreamer(req.common, self.served_model_name, prompt_ids, req.parse_tools, self.token_text),
+            lambda outs: build_chat_response(
+                outs, req.common, self.served_model_name, prompt_ids, req.parse_tools, self.token_text),
+        )
 
     async def _completions(self, body: bytes, send: Send) -> None:
         req = parse_completion_request(orjson.loads(body), self.defaults, self.max_logprobs)
@@ -274,17 +263,21 @@ class CPUServerApp:
         if any(not 0 <= t < vocab for p in prompts for t in p):
             raise BadRequestError(f"prompt token ids must be in [0, {vocab})")
         generation = Generation(self.engine, prompts, req.common)
+        await self._answer(
+            send, generation,
+            lambda: CompletionStreamer(req.common, self.served_model_name, prompts, self.token_text),
+            lambda outs: build_completion_response(outs, req.common, self.served_model_name, prompts, self.token_text),
+        )
+
+    @staticmethod
+    async def _answer(send: Send, generation: Generation, streamer: Callable[[], Any],
+                      build: Callable[[list], dict[str, Any]]) -> None:
+        """Stream SSE chunks or send the whole response; the engine rows stop whatever happens."""
         try:
-            if req.common.stream:
-                streamer = CompletionStreamer(req.common, self.served_model_name, prompts, self.token_text)
-                await stream_sse(send, streamer.run(generation.events()))
+            if generation.common.stream:
+                await stream_sse(send, streamer().run(generation.events()))
             else:
-                outs = await generation.collect()
-                await send_json(
-                    send,
-                    200,
-                    build_completion_response(outs, req.common, self.served_model_name, prompts, self.token_text),
-                )
+                await send_json(send, 200, build(await generation.collect()))
         finally:
             generation.cancel()
 
@@ -292,23 +285,6 @@ class CPUServerApp:
 async def _wait_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-async def send_bytes(send: Send, status: int, body: bytes, content_type: bytes) -> None:
-    """Send a complete response."""
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-async def send_json(send: Send, status: int, obj: Any) -> None:
-    """Send a JSON response."""
-    await send_bytes(send, status, orjson.dumps(obj), b"application/json")
 
 
 async def stream_sse(send: Send, chunks: AsyncIterator[dict[str, Any]]) -> None:

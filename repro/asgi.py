@@ -1,4 +1,5 @@
-"""Minimal ASGI helpers (the proxy uses no web framework: each layer costs CPU on every call)."""
+"""Minimal ASGI helpers shared by the proxy and the CPU model server (no web framework: each layer costs CPU
+on every call)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,19 @@ from typing import Any
 
 import orjson
 
-from repro.proxy.errors import ProxyError
+
+class HttpError(Exception):
+    """An error with an HTTP status and a message meant for the client, sent in the OpenAI error format."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+    def body(self) -> bytes:
+        return orjson.dumps({"error": {"message": self.message, "type": self.kind, "code": self.status}})
+
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -23,11 +36,11 @@ async def read_body(receive: Receive, limit: int) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise ProxyError(499, "client disconnected while sending the request")
+            raise HttpError(499, "client disconnected while sending the request")
         body = message.get("body", b"")
         size += len(body)
         if size > limit:
-            raise ProxyError(413, f"request body exceeds the proxy limit of {limit} bytes (proxy.max_body_bytes)")
+            raise HttpError(413, f"request body exceeds the proxy limit of {limit} bytes (proxy.max_body_bytes)")
         chunks.append(body)
         if not message.get("more_body", False):
             return b"".join(chunks) if len(chunks) != 1 else chunks[0]
@@ -39,7 +52,7 @@ def declared_length(scope: dict[str, Any]) -> int | None:
             try:
                 return int(value)
             except ValueError:
-                raise ProxyError(400, "invalid Content-Length header") from None
+                raise HttpError(400, "invalid Content-Length header") from None
     return None
 
 
