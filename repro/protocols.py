@@ -1,0 +1,85 @@
+"""The few contracts between the parts of repro. Implementations are chosen by name (see ``registry``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from repro.tasks.schema import Task
+
+Outcome = Literal["resolved", "unresolved", "error", "timeout"]
+
+
+@dataclass
+class GradeResult:
+    """What the grader found: ``resolved`` iff every FAIL_TO_PASS passes and every PASS_TO_PASS still passes.
+
+    ``error`` / ``timeout`` are infrastructure outcomes (the patch did not apply, the test run crashed or ran
+    out of time) and are counted apart from ``unresolved``.
+    """
+
+    outcome: Outcome
+    reason: str = ""
+    tests: dict[str, str] = field(default_factory=dict)  # test id -> PASSED / FAILED / ERROR / SKIPPED / MISSING
+    duration_s: float = 0.0
+    log_tail: str = ""
+
+
+class Workspace(Protocol):
+    """A fresh working copy of a task's repository at ``base_commit``, for one rollout."""
+
+    path: Path
+
+    def diff(self) -> str:
+        """The patch the agent produced: the working copy against ``base_commit`` (new files included)."""
+
+    def cleanup(self) -> None: ...
+
+
+class Sandbox(Protocol):
+    """Makes workspaces and grades patches in them."""
+
+    def workspace(self, task: Task, rollout_id: str) -> Workspace: ...
+
+    def grade(self, task: Task, workspace: Workspace) -> GradeResult: ...
+
+
+@dataclass
+class HarnessRollout:
+    """One rollout for a harness to run: the task text, where to work, where the model is."""
+
+    rollout_id: str
+    task: Task
+    workdir: Path
+    base_url: str  # the proxy's /rollouts/{rollout_id}/v1
+    model_name: str
+    output_dir: Path
+    timeout_s: float
+
+
+@dataclass
+class HarnessResult:
+    """How a harness run ended (not whether the task was solved: that is the grader's job)."""
+
+    rollout_id: str
+    status: Literal["finished", "crashed", "timeout"]
+    reason: str = ""
+    exit_status: str = ""  # the harness's own word (e.g. mini-SWE-agent's Submitted / LimitsExceeded)
+    n_model_calls: int = 0
+    duration_s: float = 0.0
+    trajectory_path: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Harness(Protocol):
+    """An unchanged agent harness, installed at a pinned version, driven headless."""
+
+    name: str
+    version: str
+
+    def identity(self) -> dict[str, Any]:
+        """Name, version, hashes of its config/prompt files and wire-relevant package versions."""
+
+    def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
+        """Run rollouts (concurrently, in long-lived workers); one result per rollout, in order."""
