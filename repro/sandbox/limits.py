@@ -36,7 +36,8 @@ class CommandResult:
 def clean_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """A minimal environment: safe keys from ours, a private HOME, no bytecode files, fixed hash seed."""
     env = {k: os.environ[k] for k in SAFE_ENV_KEYS if k in os.environ}
-    env.update(HOME=str(home), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", PYTHONUNBUFFERED="1")
+    env.update(HOME=str(home), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
+               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")  # third-party pytest plugins stay out of graded runs
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     python_bin = str(Path(sys.executable).parent)
     if python_bin not in env["PATH"].split(os.pathsep):
