@@ -44,7 +44,7 @@ class ProxyApp:
         store_config = TraceStoreConfig(path=self.config.store_path, synchronous=self.config.synchronous)
         self.store = SqliteTraceStore(store_config)
         self.writer = GroupCommitWriter(store_config)
-        self.registry = RolloutRegistry(self.store)
+        self.registry = RolloutRegistry(self.store, self.config.sampling_overrides)
         self.forwarder = Forwarder(self.config, self.writer)
         await self.forwarder.open()
 
@@ -117,13 +117,13 @@ class ProxyApp:
         t_start = time.time()
         request = parse_json_object(await self._body(scope, receive))
         (check_chat if endpoint == "chat" else check_completion)(request)
-        seq, mode = self.registry.next_seq(rollout_id)  # 404 here: nothing has been written
+        seq, overrides = self.registry.next_seq(rollout_id)  # 404 here: nothing has been written
         headers = {k.decode(): v.decode("latin-1") for k, v in scope["headers"] if k in _RECORDED_HEADERS}
         retry = headers.get("x-stainless-retry-count")
         call = CallRecord(
             rollout_id=rollout_id, seq=seq, endpoint=endpoint, status="ok", request=without_secrets(request),
             streamed=request.get("stream") is True, retry_count=int(retry) if retry and retry.isdigit() else None,
-            client_headers=headers, sampling_overrides=self.config.sampling_overrides.get(mode) or {},
+            client_headers=headers, sampling_overrides=overrides,
             t_start=t_start,
         )
         if call.streamed:

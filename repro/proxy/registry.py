@@ -16,15 +16,22 @@ _ROLLOUT_FIELDS = {"rollout_id", "run_id", "task_id", "group_id", "loop_kind", "
 
 @dataclass
 class RolloutState:
-    mode: str
+    overrides: dict[str, Any]  # sampling fields forced on every call: the mode's, then the rollout's own
     next_seq: int
+
+
+def rollout_overrides(record: RolloutRecord, by_mode: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The mode's overrides from config, updated with ``metadata["sampling"]`` of the rollout (e.g. a
+    per-sample seed of a frozen evaluation)."""
+    return {**(by_mode.get(record.mode) or {}), **(record.metadata.get("sampling") or {})}
 
 
 class RolloutRegistry:
     """Known rollouts; an id not seen yet is looked up in the store (another process may have made it)."""
 
-    def __init__(self, store: SqliteTraceStore) -> None:
+    def __init__(self, store: SqliteTraceStore, overrides_by_mode: dict[str, dict[str, Any]]) -> None:
         self._store = store
+        self._by_mode = overrides_by_mode
         self._known: dict[str, RolloutState] = {}
 
     def lookup(self, rollout_id: str) -> RolloutState:
@@ -35,16 +42,16 @@ class RolloutRegistry:
             if record is None:
                 raise ProxyError(404, f"unknown rollout {rollout_id!r}: create it first (POST /rollouts)",
                                  kind="not_found_error")
-            state = RolloutState(mode=record.mode, next_seq=self._store.max_seq(rollout_id) + 1)
+            state = RolloutState(rollout_overrides(record, self._by_mode), self._store.max_seq(rollout_id) + 1)
             self._known[rollout_id] = state
         return state
 
-    def next_seq(self, rollout_id: str) -> tuple[int, str]:
-        """Reserve the next sequence number; returns (seq, mode)."""
+    def next_seq(self, rollout_id: str) -> tuple[int, dict[str, Any]]:
+        """Reserve the next sequence number; returns (seq, sampling overrides)."""
         state = self.lookup(rollout_id)
         seq = state.next_seq
         state.next_seq += 1
-        return seq, state.mode
+        return seq, state.overrides
 
     def create(self, fields: dict[str, Any]) -> RolloutRecord:
         """Register a rollout from a JSON body (unknown fields are a 400)."""
@@ -54,6 +61,9 @@ class RolloutRegistry:
         for name, value in fields.items():
             if name != "metadata" and not isinstance(value, str):
                 raise bad_request(f"rollout field {name!r} must be a string")
+        metadata = fields.get("metadata", {})
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("sampling", {}), dict):
+            raise bad_request("rollout 'metadata' must be an object and its 'sampling' an object")
         if fields.get("mode", "eval") not in ("train", "eval"):
             raise bad_request("rollout 'mode' must be 'train' or 'eval'")
         rollout_id = fields.get("rollout_id") or uuid.uuid4().hex
@@ -62,5 +72,5 @@ class RolloutRegistry:
             record = self._store.create_rollout(RolloutRecord(**{**fields, "rollout_id": rollout_id}))
         except ValueError as exc:
             raise ProxyError(409, str(exc), kind="conflict_error") from None
-        self._known[rollout_id] = RolloutState(mode=record.mode, next_seq=0)
+        self._known[rollout_id] = RolloutState(rollout_overrides(record, self._by_mode), next_seq=0)
         return record

@@ -1,4 +1,10 @@
-"""`repro inspect`: what a run recorded, rollout by rollout and call by call, readable in a terminal."""
+"""`repro inspect`: what a run recorded, readable in a terminal.
+
+``repro inspect RUN`` lists an evaluation run's samples grouped by outcome (resolved / unresolved / error /
+timeout, with reasons) from its per-instance reports and trace store; a run without reports (or a bare
+``traces.sqlite``) gets the store-level rollouts table. ``repro inspect RUN ROLLOUT_OR_INSTANCE`` shows a
+rollout's turns (action, observation) and the grader's verdict, then its calls table.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from repro.evaluation.records import read_reports
+from repro.report.run_view import resolve_target, run_overview
+from repro.report.turns import rollout_view
 from repro.store import CallRecord, SqliteTraceStore, open_store
 
 
@@ -64,12 +73,23 @@ def console() -> Console:
     return plain if plain.is_terminal else Console(width=160)
 
 
-def inspect_path(path: Path, rollout_id: str | None = None) -> None:
+def inspect_path(path: Path, target: str | None = None) -> None:
+    """``target``: a rollout id, or an instance id of the run (all its samples)."""
     store = _store_for(path)
+    run_dir = path if path.is_dir() else path.parent
+    reports = read_reports(run_dir)
     out = console()
-    if rollout_id is None:
-        out.print(rollouts_table(store))
-    else:
-        if store.get_rollout(rollout_id) is None:
-            raise SystemExit(f"no rollout {rollout_id!r} in {path}; `repro inspect {path}` lists them")
+    if target is None:
+        out.print(*(run_overview(run_dir, reports, store) if reports else [rollouts_table(store)]))
+        return
+    rollout_ids = resolve_target(store, reports, target)
+    if not rollout_ids:
+        raise SystemExit(f"no rollout or instance {target!r} in {path}; `repro inspect {path}` lists them")
+    by_rollout = {r.rollout_id: r for r in reports}
+    for rollout_id in rollout_ids:
+        rollout = store.get_rollout(rollout_id)
+        if rollout is None:
+            out.print(f"rollout {rollout_id} has a report but is not in the trace store")
+            continue
+        out.print(rollout_view(rollout, store.calls(rollout_id), by_rollout.get(rollout_id)))
         out.print(calls_table(store, rollout_id))

@@ -1,4 +1,8 @@
-"""`repro table`: published tables in results/, built only from runs' metrics.json files."""
+"""`repro table`: published tables in results/, built only from runs' metrics.json files.
+
+Each metrics.json names its ``kind``: ``eval`` runs become one table per comparison (``repro.report.eval_table``),
+``proxy_overhead`` benchmark runs become ``proxy_overhead.md``. Unknown kinds are skipped.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from repro.report.eval_table import write_eval_tables
 
 _TARGETS_NOTE = ("Targets (issue 2): proxy CPU <= 1 ms per non-streaming call and <= 1.5 ms per streaming call "
                  "while recording durably; at 64 concurrent rollouts on 2 cores, throughput >= 40% of direct.")
@@ -70,4 +76,6 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
         md.write_text(proxy_overhead_markdown(runs))
         proxy_overhead_frame(runs[-1]).to_csv(results / "proxy_overhead.csv", index=False)
         written += [md, results / "proxy_overhead.csv"]
+    if "eval" in by_kind:
+        written += write_eval_tables(by_kind["eval"], results)
     return written

@@ -48,7 +48,6 @@ def clean_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]
 
 def _apply_limits(limits: ResourceLimits) -> None:
     pairs = [
-        (resource.RLIMIT_CPU, limits.cpu_s),
         (resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024),
         (resource.RLIMIT_FSIZE, limits.file_size_mb * 1024 * 1024),
         (resource.RLIMIT_NOFILE, limits.open_files),
@@ -56,6 +55,9 @@ def _apply_limits(limits: ResourceLimits) -> None:
     for kind, value in pairs:
         if value:
             resource.setrlimit(kind, (value, value))
+    if limits.cpu_s:  # SIGXCPU at the limit (graders read it as a timeout), SIGKILL a second later
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a process killed by a limit leaves no core file behind
 
 
 def run_limited(cmd: list[str], cwd: Path, env: dict[str, str], timeout_s: float, limits: ResourceLimits,

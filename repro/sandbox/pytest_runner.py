@@ -11,6 +11,11 @@ from swebench.harness.log_parsers.python import parse_log_pytest
 
 from repro.sandbox.limits import ResourceLimits, clean_env, run_limited
 
+# Like `python -m pytest`, but pytest is imported before the working copy goes first on sys.path: otherwise a
+# patch that adds a `pytest.py` would replace the test runner (SWE-bench's `pytest` script is not exposed either).
+PYTEST_MAIN = ("import os, sys; sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]; import pytest; "
+               "sys.path.insert(0, os.getcwd()); sys.exit(pytest.console_main())")
+
 
 @dataclass
 class TestRun:
@@ -25,9 +30,9 @@ class TestRun:
 
 def run_pytest(repo_dir: Path, test_ids: list[str], timeout_s: float = 120.0,
                limits: ResourceLimits | None = None, python: str = sys.executable) -> TestRun:
-    """``python -m pytest -rA <test_ids>`` in ``repo_dir`` (clean env, rlimits, timeout); statuses parsed
+    """``pytest -rA <test_ids>`` with ``python`` in ``repo_dir`` (clean env, rlimits, timeout); statuses parsed
     from the ``-rA`` summary by ``swebench.harness.log_parsers.parse_log_pytest``."""
-    cmd = [python, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "-o", "addopts=", "--no-header", "-q",
+    cmd = [python, "-c", PYTEST_MAIN, "-rA", "-p", "no:cacheprovider", "-o", "addopts=", "--no-header", "-q",
            "--tb=short", *test_ids]
     with tempfile.TemporaryDirectory(prefix="repro-home-") as home:
         result = run_limited(cmd, repo_dir, clean_env(Path(home)), timeout_s, limits or ResourceLimits())

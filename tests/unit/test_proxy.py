@@ -227,3 +227,18 @@ def test_models_and_health_routes(proxy: RunningProxy) -> None:
     resp = httpx.post(f"{proxy.url}/v1/chat/completions", json={})
     assert resp.status_code == 404 and "/rollouts/" in resp.json()["error"]["message"]
     assert proxy.store().count_calls() == 0
+
+
+def test_rollout_sampling_metadata_overrides_the_mode(tmp_path, fake_upstream) -> None:
+    app, upstream_url = fake_upstream
+    server, config = start_proxy(tmp_path, upstream_url, sampling_overrides={"eval": {"temperature": 0.0, "seed": 1}})
+    with server:
+        running = RunningProxy(server.url, config)
+        resp = httpx.post(f"{running.url}/rollouts", json={"rollout_id": "s3", "metadata": {"sampling": {"seed": 3}}})
+        assert resp.status_code == 201
+        assert _chat(f"{running.url}/rollouts/s3/v1", temperature=0.7, seed=99).status_code == 200
+        assert app.last_request["seed"] == 3 and app.last_request["temperature"] == 0.0
+        (call,) = running.store().calls("s3")
+        assert call.sampling_overrides == {"temperature": 0.0, "seed": 3}
+        bad = httpx.post(f"{running.url}/rollouts", json={"rollout_id": "s4", "metadata": {"sampling": 5}})
+        assert bad.status_code == 400 and running.store().get_rollout("s4") is None

@@ -1,0 +1,114 @@
+"""The local sandbox: per-rollout git working copies, commands as limited subprocesses, pytest grading.
+
+Layout under the workspace root: ``<rollout_id>/`` (the working copy), ``.homes/<rollout_id>/`` (its commands'
+HOME), ``grade-<instance_id>-*/`` (grading copies, removed after grading). Not an isolation boundary: commands run
+as this user (rlimits, a clean environment, a private HOME and a timeout, but no filesystem or network isolation;
+an agent can read other workspaces).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from repro.protocols import GradeResult, Workspace
+from repro.sandbox.grading import grade_patch
+from repro.sandbox.limits import CommandResult, ResourceLimits, clean_env, run_limited
+from repro.sandbox.repos import GitError, RepoResolver, diff_against, make_working_copy, remove_tree
+from repro.tasks.schema import Task
+
+
+@dataclass
+class LocalSandboxConfig:
+    """Where repositories and workspaces live, and how graded tests run."""
+
+    repos_dir: str = "repos"  # task repos resolve to <repos_dir>/<owner>__<name> unless the task has repo_path
+    workspace_root: str | None = None  # None: a fresh temp dir per sandbox, removed by close()
+    test_timeout_s: float = 120.0  # wall-clock limit of one grading pytest run
+    limits: ResourceLimits = field(default_factory=ResourceLimits)  # rlimits for commands and graded tests
+    keep_workspaces: bool = False  # debugging: cleanup() and grading leave their directories behind
+    python: str = sys.executable  # interpreter that runs the graded tests
+
+
+@dataclass
+class LocalWorkspace:
+    """A rollout's working copy at ``base_commit`` (full sha), with a private HOME for its commands."""
+
+    path: Path
+    base_commit: str
+    home: Path
+    keep: bool = False
+
+    def diff(self) -> str:
+        """The working tree against ``base_commit``, new files included, binary-safe, ``git apply``-able."""
+        return diff_against(self.path, self.base_commit)
+
+    def cleanup(self) -> None:
+        if not self.keep:
+            remove_tree(self.path)
+            remove_tree(self.home)
+
+
+def _dir_name(rollout_id: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", rollout_id).lstrip(".")
+    if not name:
+        raise ValueError(f"rollout id {rollout_id!r} gives no usable directory name")
+    return name
+
+
+class LocalSandbox:
+    """Implements ``repro.protocols.Sandbox`` on this machine; safe to share between threads."""
+
+    def __init__(self, config: LocalSandboxConfig | None = None) -> None:
+        self.config = config or LocalSandboxConfig()
+        self.resolver = RepoResolver(Path(self.config.repos_dir).expanduser())
+        self._finalizer: weakref.finalize | None = None
+        if self.config.workspace_root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="repro-workspaces-"))
+            if not self.config.keep_workspaces:
+                self._finalizer = weakref.finalize(self, remove_tree, self.root)
+        else:
+            self.root = Path(self.config.workspace_root).expanduser().resolve()
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    def workspace(self, task: Task, rollout_id: str) -> LocalWorkspace:
+        """A fresh working copy at ``<root>/<rollout_id>`` (a stale one of the same id is replaced).
+
+        Raises ``RepoError`` (with the fix in its message) when the repository or base commit is missing.
+        """
+        repo, sha = self.resolver.resolve(task)
+        name = _dir_name(rollout_id)
+        path, home = self.root / name, self.root / ".homes" / name
+        remove_tree(path)
+        remove_tree(home)
+        make_working_copy(repo, sha, path)
+        home.mkdir(parents=True)
+        return LocalWorkspace(path, sha, home, self.config.keep_workspaces)
+
+    def grade(self, task: Task, workspace: Workspace) -> GradeResult:
+        """Grade the workspace's diff in a fresh copy (the agent's copy itself is never trusted)."""
+        try:
+            patch = workspace.diff()
+        except (GitError, OSError) as exc:  # the agent broke its own working copy (e.g. removed .git)
+            return GradeResult("unresolved", f"could not read the workspace's changes: {exc}")
+        return self.grade_patch(task, patch)
+
+    def grade_patch(self, task: Task, patch: str) -> GradeResult:
+        """Grade a raw patch (e.g. the gold ``task.patch``, or "" for the empty patch)."""
+        return grade_patch(task, patch, self.config, self.resolver, self.root)
+
+    def run(self, workspace: Workspace, command: str, timeout_s: float) -> CommandResult:
+        """``bash -c command`` in the workspace: clean env, rlimits, own process group killed on timeout."""
+        home = workspace.home if isinstance(workspace, LocalWorkspace) else self.root / ".homes" / workspace.path.name
+        home.mkdir(parents=True, exist_ok=True)
+        return run_limited(["bash", "-c", command], workspace.path, clean_env(home), timeout_s,
+                           self.config.limits)
+
+    def close(self) -> None:
+        """Remove the temp workspace root this sandbox made (unless ``keep_workspaces``)."""
+        if self._finalizer is not None:
+            self._finalizer()
