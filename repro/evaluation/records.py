@@ -31,6 +31,7 @@ INSTANCES_DIR = "instances"
 REPORT_FILE = "report.json"
 PATCH_FILE = "patch.diff"
 LOG_TAIL_CHARS = 4000
+_ROLLOUT_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
@@ -129,9 +130,14 @@ def sample_dir(run_dir: Path, instance_id: str, sample: int) -> Path:
 
 
 def rollout_id_for(run_name: str, instance_id: str, sample: int, attempt: int = 0) -> str:
-    """A URL-safe, unique rollout id; ``attempt`` > 0 for reruns of an infrastructure failure."""
-    base = f"{safe_name(run_name)}.{safe_name(instance_id)}.s{sample}"
-    return base if attempt == 0 else f"{base}.r{attempt}"
+    """A unique rollout id the proxy accepts (``[A-Za-z0-9_-]{1,128}``); ``attempt`` > 0 for reruns of an
+    infrastructure failure. Over-long or unsafe ids are shortened and disambiguated by a hash."""
+    raw = f"{run_name}--{instance_id}--s{sample}" + (f"-r{attempt}" if attempt else "")
+    safe = _ROLLOUT_UNSAFE.sub("_", raw)
+    if safe == raw and len(raw) <= 128:
+        return raw
+    digest = hashlib.sha256(raw.encode()).hexdigest()[:10]
+    return f"{safe[:117]}-{digest}"
 
 
 def next_rollout_id(store: SqliteTraceStore, run_name: str, instance_id: str, sample: int) -> str:

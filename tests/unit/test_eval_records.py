@@ -83,6 +83,12 @@ def test_names_and_rollout_ids_are_safe_and_distinct() -> None:
     assert len(set(odd)) == len(odd) and all("/" not in x and not x.startswith(".") for x in odd)
     assert rollout_id_for("run 1", "a/b", 2) != rollout_id_for("run 1", "a/b", 2, attempt=1)
     assert "/" not in rollout_id_for("run", "a/b", 0)
+    from repro.proxy.validation import ROLLOUT_ID
+
+    for run, iid in [("20261129-1", "astropy__astropy-12907"), ("r", "x.y/z" * 40), ("run 1", "a/b")]:
+        for attempt in (0, 3):
+            rid = rollout_id_for(run, iid, 1, attempt)
+            assert ROLLOUT_ID.fullmatch(rid), rid  # the proxy accepts every id we make
 
 
 def test_patch_stats_ignore_file_headers() -> None:
@@ -110,7 +116,7 @@ def test_reruns_get_a_fresh_rollout_id(tmp_path: Path) -> None:
     second = next_rollout_id(store, "run", "a", 0)
     assert second == rollout_id_for("run", "a", 0, attempt=1)
     store.create_rollout(RolloutRecord(second))
-    assert next_rollout_id(store, "run", "a", 0).endswith(".r2")
+    assert next_rollout_id(store, "run", "a", 0).endswith("-r2")
     assert next_rollout_id(store, "run", "a", 1) == rollout_id_for("run", "a", 1)
 
 
