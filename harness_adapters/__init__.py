@@ -2,6 +2,9 @@
 
 - ``envs``: build and cache one virtual environment per (harness, version).
 - ``mini_swe_agent``: one mini-SWE-agent rollout as a subprocess pointed at an OpenAI-compatible URL.
+- ``mini_swe_agent_pool`` / ``mini_swe_agent_worker``: the ``Harness`` contract, many rollouts per long-lived
+  worker process.
+- ``registry``: harnesses by name (``get_harness``), imported lazily.
 """
 
 from harness_adapters.envs import HarnessEnv, HarnessEnvError, ensure_harness_env

@@ -40,27 +40,26 @@ Findings from reading the 2.4.6 source and watching it against a stub server:
   from being fatal; ``-l 0`` disables the cost limit. ``LITELLM_LOCAL_MODEL_COST_MAP=True`` avoids a
   network fetch at import; with it, the only connection the process makes is to ``api_base``.
 - Overhead: ~5 CPU-seconds per subprocess, almost all importing LiteLLM (~4.8 s wall on this machine).
+  ``mini_swe_agent_pool.MiniSweAgentHarness`` runs many rollouts in long-lived workers instead (same config
+  files and options, ~0.03-0.06 CPU-s per rollout); this module stays the one-shot, reference path.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import select
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import psutil
 import yaml
 
 from harness_adapters.envs import HarnessEnv, ensure_harness_env
+from harness_adapters.processes import kill_group, kill_tree, tail, wait_for_exit
 
 NAME = "mini-swe-agent"
 DEFAULT_VERSION = "2.4.6"
@@ -75,7 +74,6 @@ TRAJECTORY_NAME = "trajectory.traj.json"
 RESULT_NAME = "harness_run.json"
 DUMMY_API_KEY = "sk-repro-dummy"
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
-_TAIL_CHARS = 4000
 
 RunStatus = Literal["finished", "crashed", "timeout"]
 
@@ -169,7 +167,7 @@ def run_mini_swe_agent(
     workdir, output_dir = Path(workdir).resolve(), Path(output_dir).resolve()
     config_dir = output_dir / "config"
     identity = write_harness_config(env, cfg, config_dir)
-    _write_yaml(config_dir / ROLLOUT_CONFIG_NAME, _rollout_settings(task, base_url, workdir))
+    write_yaml(config_dir / ROLLOUT_CONFIG_NAME, rollout_settings(task, base_url, workdir))
     _check_not_shadowed(workdir)
     trajectory = output_dir / TRAJECTORY_NAME
     trajectory.unlink(missing_ok=True)
@@ -191,13 +189,18 @@ def build_command(env: HarnessEnv, model_name: str, trajectory: Path) -> list[st
         "--environment-class",
         "local",
         "-m",
-        f"openai/{model_name}",
+        litellm_model_name(model_name),
         "-l",
         "0",
         "-o",
         str(trajectory),
         *[arg for name in configs for arg in ("-c", name)],
     ]
+
+
+def litellm_model_name(model_name: str) -> str:
+    """The ``-m`` value: LiteLLM's ``openai/`` provider prefix sends it to ``api_base`` as ``model_name``."""
+    return f"openai/{model_name}"
 
 
 def build_process_env(cfg: MiniSweAgentConfig, *, home: Path, config_dir: Path) -> dict[str, str]:
@@ -230,7 +233,7 @@ def write_harness_config(env: HarnessEnv, cfg: MiniSweAgentConfig, config_dir: P
     base_path = config_dir / CONFIG_NAMES["base"]
     shutil.copyfile(_base_config_source(env, cfg), base_path)
     settings_path = config_dir / CONFIG_NAMES["settings"]
-    _write_yaml(settings_path, harness_settings(cfg))
+    write_yaml(settings_path, harness_settings(cfg))
     files = {name: _sha256(config_dir / name) for name in CONFIG_NAMES.values()}
     combined = hashlib.sha256("".join(f"{n}:{h}\n" for n, h in sorted(files.items())).encode()).hexdigest()
     packages = {p: env.version_of(p) or "" for p in ("mini-swe-agent", "litellm", "openai")}
@@ -259,7 +262,8 @@ def harness_settings(cfg: MiniSweAgentConfig) -> dict[str, Any]:
     }
 
 
-def _rollout_settings(task: str, base_url: str, workdir: Path) -> dict[str, Any]:
+def rollout_settings(task: str, base_url: str, workdir: Path) -> dict[str, Any]:
+    """The per-rollout overlay (last ``-c`` file): the task, the model endpoint, the working directory."""
     return {
         "run": {"task": task},
         "model": {"model_kwargs": {"api_base": base_url}},
@@ -288,49 +292,18 @@ def _run_process(cmd: list[str], cwd: Path, env: dict[str, str], output_dir: Pat
         proc = subprocess.Popen(
             cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
         )
-    timed_out = not _wait_for_exit(proc.pid, timeout_s)
+    timed_out = not wait_for_exit(proc.pid, timeout_s)
     if timed_out:
-        _kill_tree(proc.pid)
+        kill_tree(proc.pid)
     _, status, rusage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    _kill_group(proc.pid)  # stragglers left in the harness's own group
+    kill_group(proc.pid)  # stragglers left in the harness's own group
     return _ProcessOutcome(
         exit_code=None if timed_out else proc.returncode,
         timed_out=timed_out,
         duration_s=time.monotonic() - started,
         cpu_s=rusage.ru_utime + rusage.ru_stime,
     )
-
-
-def _wait_for_exit(pid: int, timeout_s: float) -> bool:
-    """Block until ``pid`` exits (True) or ``timeout_s`` passes (False), without reaping it."""
-    fd = os.pidfd_open(pid)
-    try:
-        readable, _, _ = select.select([fd], [], [], max(timeout_s, 0.0))
-        return bool(readable)
-    finally:
-        os.close(fd)
-
-
-def _kill_tree(pid: int) -> None:
-    """SIGKILL the process group of ``pid`` and those of all its descendants (agent commands own one)."""
-    try:
-        descendants = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        descendants = []
-    groups = {pid}
-    for child in descendants:
-        try:
-            groups.add(os.getpgid(child.pid))
-        except ProcessLookupError:
-            continue
-    for group in groups:
-        _kill_group(group)
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def _classify(
@@ -345,7 +318,7 @@ def _classify(
     exit_status = str((info or {}).get("exit_status", ""))
     status, reason = _status_and_reason(outcome, exit_status, info is not None, timeout_s)
     if status == "crashed":
-        last_err = _tail(output_dir / "stderr.log").strip().splitlines()[-1:]
+        last_err = tail(output_dir / "stderr.log").strip().splitlines()[-1:]
         reason = f"{reason}: {last_err[0]}" if last_err else reason
     return HarnessRunResult(
         status=status,
@@ -356,8 +329,8 @@ def _classify(
         trajectory_path=trajectory if trajectory.exists() else None,
         exit_status=exit_status,
         n_model_calls=int((info or {}).get("model_stats", {}).get("api_calls", 0)),
-        stdout_tail=_tail(output_dir / "stdout.log"),
-        stderr_tail=_tail(output_dir / "stderr.log"),
+        stdout_tail=tail(output_dir / "stdout.log"),
+        stderr_tail=tail(output_dir / "stderr.log"),
         command=cmd,
         identity=identity,
     )
@@ -384,18 +357,10 @@ def _trajectory_info(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _write_yaml(path: Path, data: dict[str, Any]) -> None:
+def write_yaml(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as YAML (keys sorted, so equal settings give equal bytes and hashes)."""
     path.write_text(yaml.safe_dump(data, sort_keys=True, allow_unicode=True), encoding="utf-8")
 
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _tail(path: Path, n_chars: int = _TAIL_CHARS) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, path.stat().st_size - n_chars))
-            return handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""

@@ -1,0 +1,366 @@
+"""The ``Harness`` contract for mini-SWE-agent: rollouts run concurrently in long-lived worker processes.
+
+Each worker is ``<isolated env>/bin/python -I mini_swe_agent_worker.py``, started with the same clean
+environment as the ``mini`` subprocess (``build_process_env``) and fed one JSON line per rollout; it builds
+each rollout from the same ``-c`` files and command-line options as ``mini`` would (see the worker's
+docstring), so the harness behaves the same while LiteLLM is imported once per worker, not once per rollout.
+
+Per rollout this side writes ``<output_dir>/config/repro-mswea-rollout.yaml`` (task, endpoint, workdir) and,
+after the run, ``<output_dir>/harness_run.json``; the worker writes the trajectory and ``stdout.log``. The
+patch is not the harness's business: the caller diffs the workspace afterwards.
+
+Failure handling: the worker reports ``timeout`` itself (watchdog); if it stays silent ``grace_s`` past a
+rollout's timeout it is killed (that rollout ``timeout``, its other rollouts ``crashed``). A worker that exits
+turns its in-flight rollouts into ``crashed`` with the exit code and the last line of its log, and is
+restarted on demand. A worker holding more than ``max_abandoned`` threads that outlived their timeout gets
+no new rollouts and is restarted once idle. A worker that cannot start (no ``ready`` line within
+``startup_timeout_s``) raises ``WorkerStartError`` with its log tail; rollouts of that run still in flight
+elsewhere are abandoned with their workers, so a later run starts clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness_adapters.envs import HarnessEnv
+from harness_adapters.mini_swe_agent import (
+    CONFIG_NAMES,
+    FINISHED_EXIT_STATUSES,
+    NAME,
+    RESULT_NAME,
+    ROLLOUT_CONFIG_NAME,
+    TRAJECTORY_NAME,
+    MiniSweAgentConfig,
+    build_process_env,
+    ensure_mini_swe_agent_env,
+    litellm_model_name,
+    rollout_settings,
+    write_harness_config,
+    write_yaml,
+)
+from harness_adapters.processes import kill_processes_under, last_line, tail
+from harness_adapters.worker_process import Event, WorkerProcess, WorkerStartError
+from repro.protocols import HarnessResult, HarnessRollout
+
+__all__ = ["WORKER_SCRIPT", "MiniSweAgentHarness", "WorkerStartError"]
+
+WORKER_SCRIPT = Path(__file__).with_name("mini_swe_agent_worker.py")
+_POLL_S = 0.5
+Verdict = tuple[str, str]  # (status, reason)
+
+
+@dataclass
+class _InFlight:
+    index: int
+    rollout: HarnessRollout
+    sent: float
+    deadline: float
+
+
+@dataclass
+class _Worker:
+    """One worker process in a slot, its in-flight rollouts and its threads abandoned after a timeout."""
+
+    slot: int
+    process: WorkerProcess
+    in_flight: dict[str, _InFlight] = field(default_factory=dict)
+    abandoned: set[str] = field(default_factory=set)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+class MiniSweAgentHarness:
+    """mini-SWE-agent ``cfg.version`` driven headless through ``workers`` long-lived worker processes."""
+
+    name = NAME
+
+    def __init__(
+        self,
+        cfg: MiniSweAgentConfig | None = None,
+        workers: int = 1,
+        *,
+        env: HarnessEnv | None = None,
+        state_dir: Path | None = None,
+        grace_s: float = 30.0,
+        startup_timeout_s: float = 180.0,
+        max_abandoned: int = 8,
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.cfg = cfg or MiniSweAgentConfig()
+        self._env = env or ensure_mini_swe_agent_env(self.cfg.version)
+        self._own_state = state_dir is None
+        self._state = Path(state_dir or tempfile.mkdtemp(prefix="repro-mswea-")).resolve()
+        self._config_dir = self._state / "config"
+        self._identity = write_harness_config(self._env, self.cfg, self._config_dir)
+        self.version = self._identity.version
+        self._proc_env = build_process_env(self.cfg, home=self._state / "home", config_dir=self._config_dir)
+        self._grace_s, self._startup_timeout_s, self._max_abandoned = grace_s, startup_timeout_s, max_abandoned
+        self._slots: list[_Worker | None] = [None] * workers
+        self._events: queue.Queue[Event] = queue.Queue()
+        self._lock = threading.Lock()
+        self.n_worker_starts = 0
+
+    def identity(self) -> dict[str, Any]:
+        """Same identity as the subprocess adapter: name, version, config hashes, litellm/openai versions."""
+        return asdict(self._identity)
+
+    def worker_pids(self) -> list[int]:
+        """Pids of the worker processes now running."""
+        return [w.pid for w in self._slots if w is not None and w.process.alive()]
+
+    def start(self) -> None:
+        """Start every worker that is not running (run() does this on demand)."""
+        for slot, worker in enumerate(self._slots):
+            if worker is None:
+                self._slots[slot] = self._spawn(slot)
+
+    def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
+        """Run ``rollouts`` with at most ``concurrency`` in flight; one result per rollout, in order."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        ids = [r.rollout_id for r in rollouts]
+        if len(set(ids)) != len(ids):
+            raise ValueError("rollout ids must be unique within a run")
+        with self._lock:
+            pending = list(enumerate(rollouts))[::-1]
+            results: dict[int, HarnessResult] = {}
+            self._drain_events()
+            try:
+                while pending or self._n_in_flight():
+                    self._fill(pending, concurrency)
+                    self._pump(results)
+            except BaseException:
+                self._abort()
+                raise
+            return [results[i] for i in range(len(rollouts))]
+
+    def close(self) -> None:
+        """Stop the workers (EOF, then SIGKILL for stragglers) and drop the state dir if it was temporary."""
+        with self._lock:
+            for slot, worker in enumerate(self._slots):
+                if worker is not None:
+                    worker.process.stop(polite=True)
+                    self._slots[slot] = None
+        if self._own_state:
+            shutil.rmtree(self._state, ignore_errors=True)
+
+    def __enter__(self) -> MiniSweAgentHarness:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- scheduling -------------------------------------------------------------------------------------
+
+    def _n_in_flight(self) -> int:
+        return sum(len(w.in_flight) for w in self._slots if w is not None)
+
+    def _fill(self, pending: list[tuple[int, HarnessRollout]], concurrency: int) -> None:
+        while pending and self._n_in_flight() < concurrency:
+            worker = self._pick_worker()
+            if worker is None:
+                return
+            index, rollout = pending.pop()
+            self._send(worker, index, rollout)
+
+    def _pick_worker(self) -> _Worker | None:
+        """The usable worker with the fewest rollouts in flight, (re)starting idle dead or draining ones."""
+        for slot, worker in enumerate(self._slots):
+            if worker is not None and not worker.in_flight and (self._draining(worker) or not worker.process.alive()):
+                worker.process.stop(polite=False)
+                worker = self._slots[slot] = None
+            if worker is None:
+                self._slots[slot] = self._spawn(slot)
+        usable = [w for w in self._slots if w is not None and not self._draining(w) and w.process.alive()]
+        return min(usable, key=lambda w: len(w.in_flight)) if usable else None
+
+    def _draining(self, worker: _Worker) -> bool:
+        return len(worker.abandoned) > self._max_abandoned
+
+    def _send(self, worker: _Worker, index: int, rollout: HarnessRollout) -> None:
+        request = self._request(rollout)
+        now = time.monotonic()
+        worker.in_flight[rollout.rollout_id] = _InFlight(index, rollout, now, now + rollout.timeout_s + self._grace_s)
+        worker.process.send(request)  # if the worker is gone, its EOF event marks this rollout crashed
+
+    def _request(self, rollout: HarnessRollout) -> dict[str, Any]:
+        """Write the rollout's config overlay and build the worker request (same options as ``build_command``)."""
+        workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
+        rollout_config = output_dir / "config" / ROLLOUT_CONFIG_NAME
+        rollout_config.parent.mkdir(parents=True, exist_ok=True)
+        write_yaml(rollout_config, rollout_settings(rollout.task.problem_statement, rollout.base_url, workdir))
+        trajectory = output_dir / TRAJECTORY_NAME
+        trajectory.unlink(missing_ok=True)
+        shared = [self._config_dir / name for name in CONFIG_NAMES.values()]
+        return {
+            "rollout_id": rollout.rollout_id,
+            "config_files": [*map(str, shared), str(rollout_config)],
+            "cli": {
+                "model_name": litellm_model_name(rollout.model_name),
+                "environment_class": "local",
+                "yolo": True,
+                "cost_limit": 0.0,
+                "exit_immediately": True,
+                "output": str(trajectory),
+            },
+            "workdir": str(workdir),
+            "output_dir": str(output_dir),
+            "timeout_s": rollout.timeout_s,
+        }
+
+    def _abort(self) -> None:
+        """A run failed midway: stop the workers that still hold its rollouts, so no later run inherits them."""
+        for slot, worker in enumerate(self._slots):
+            if worker is not None and worker.in_flight:
+                worker.process.stop(polite=False)
+                worker.in_flight.clear()
+                self._slots[slot] = None
+
+    # -- events ---------------------------------------------------------------------------------------------
+
+    def _pump(self, results: dict[int, HarnessResult]) -> None:
+        """Handle the next worker event (or none within a poll interval), then enforce the backstop deadlines."""
+        with contextlib.suppress(queue.Empty):
+            self._handle(self._events.get(timeout=_POLL_S), results)
+        self._expire(results)
+
+    def _drain_events(self) -> None:
+        """Handle what arrived between runs (threads released after a timeout, workers that died idle)."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._handle(self._events.get_nowait(), {})
+
+    def _handle(self, event: Event, results: dict[int, HarnessResult]) -> None:
+        process, message = event
+        worker = next((w for w in self._slots if w is not None and w.process is process), None)
+        if worker is None:
+            return  # from a worker already replaced
+        if message is None:
+            self._on_exit(worker, results)
+        else:
+            self._on_message(worker, message, results)
+
+    def _on_message(self, worker: _Worker, message: dict[str, Any], results: dict[int, HarnessResult]) -> None:
+        event, rollout_id = message.get("event"), str(message.get("rollout_id", ""))
+        if event == "released":
+            worker.abandoned.discard(rollout_id)
+        elif event == "result" and rollout_id in worker.in_flight:
+            flight = worker.in_flight.pop(rollout_id)
+            if message.get("outcome") == "timeout":
+                worker.abandoned.add(rollout_id)
+            self._record(results, flight, _from_worker(flight.rollout, message, worker.pid))
+
+    def _on_exit(self, worker: _Worker, results: dict[int, HarnessResult]) -> None:
+        """The worker's output ended: it died. Its rollouts crash with the reason; the slot restarts on demand."""
+        worker.process.stop(polite=False)
+        reason = f"harness worker pid {worker.pid} exited with code {worker.process.proc.returncode}"
+        if line := last_line(tail(worker.process.log_path)):
+            reason = f"{reason}: {line}"
+        self._fail_all(worker, results, {rollout_id: ("crashed", reason) for rollout_id in worker.in_flight})
+
+    def _expire(self, results: dict[int, HarnessResult]) -> None:
+        """Kill a worker that stayed silent ``grace_s`` past a rollout's timeout."""
+        now = time.monotonic()
+        for worker in list(self._slots):
+            if worker is None:
+                continue
+            late = {rid for rid, flight in worker.in_flight.items() if now >= flight.deadline}
+            if not late:
+                continue
+            worker.process.stop(polite=False)
+            killed = ("crashed", f"harness worker pid {worker.pid} killed: it stopped reporting on {sorted(late)}")
+            verdicts = {
+                rollout_id: (
+                    ("timeout", f"no report {self._grace_s:g} s after the {f.rollout.timeout_s:g} s timeout")
+                    if rollout_id in late
+                    else killed
+                )
+                for rollout_id, f in worker.in_flight.items()
+            }
+            self._fail_all(worker, results, verdicts)
+
+    def _fail_all(self, worker: _Worker, results: dict[int, HarnessResult], verdicts: dict[str, Verdict]) -> None:
+        """Give every rollout in flight on a dead worker its (status, reason); kill the commands it orphaned."""
+        kill_processes_under([Path(flight.rollout.workdir) for flight in worker.in_flight.values()])
+        for rollout_id, flight in worker.in_flight.items():
+            status, reason = verdicts[rollout_id]
+            result = HarnessResult(
+                rollout_id=flight.rollout.rollout_id,
+                status=status,
+                reason=reason,
+                duration_s=round(time.monotonic() - flight.sent, 3),
+                trajectory_path=_existing(Path(flight.rollout.output_dir) / TRAJECTORY_NAME),
+                info={"worker_pid": worker.pid, "worker_log": str(worker.process.log_path)},
+            )
+            self._record(results, flight, result)
+        worker.in_flight.clear()
+        if self._slots[worker.slot] is worker:
+            self._slots[worker.slot] = None
+
+    def _record(self, results: dict[int, HarnessResult], flight: _InFlight, result: HarnessResult) -> None:
+        results[flight.index] = result
+        record = asdict(result) | {"identity": self.identity()}
+        (Path(flight.rollout.output_dir) / RESULT_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+    # -- processes ------------------------------------------------------------------------------------------
+
+    def _spawn(self, slot: int) -> _Worker:
+        """Start a worker process in ``slot`` and wait for its ``ready`` line."""
+        self.n_worker_starts += 1
+        process = WorkerProcess(
+            [str(self._env.python), "-I", str(WORKER_SCRIPT)],
+            cwd=self._state,
+            env=self._proc_env,
+            log_path=self._state / "workers" / f"worker-{slot}-{self.n_worker_starts}.log",
+            events=self._events,
+            startup_timeout_s=self._startup_timeout_s,
+        )
+        return _Worker(slot, process)
+
+
+def _from_worker(rollout: HarnessRollout, message: dict[str, Any], pid: int) -> HarnessResult:
+    """Map a worker's report to a result, classified as the subprocess adapter classifies a finished ``mini``."""
+    outcome, exit_status = message.get("outcome"), str(message.get("exit_status", ""))
+    trajectory = message.get("trajectory_path")
+    if outcome == "timeout":
+        status, reason = "timeout", f"ran past {rollout.timeout_s:g} s; stopped by the worker's watchdog"
+    elif outcome == "raised":
+        status = "crashed"
+        reason = f"uncaught error, exit status {exit_status or 'none'}: {last_line(message.get('error', ''))}"
+    elif not trajectory:
+        status, reason = "crashed", "the agent returned but wrote no trajectory"
+    elif exit_status not in FINISHED_EXIT_STATUSES:
+        status, reason = "crashed", f"unexpected exit status {exit_status!r}"
+    else:
+        status, reason = "finished", exit_status
+    info = {k: message.get(k) for k in ("cpu_s", "submission", "error")} | {
+        "worker_pid": pid,
+        "stdout_log": str(Path(rollout.output_dir).resolve() / "stdout.log"),
+    }
+    return HarnessResult(
+        rollout_id=rollout.rollout_id,
+        status=status,
+        reason=reason,
+        exit_status=exit_status,
+        n_model_calls=int(message.get("n_model_calls") or 0),
+        duration_s=float(message.get("duration_s") or 0.0),
+        trajectory_path=trajectory,
+        info=info,
+    )
+
+
+def _existing(path: Path) -> str | None:
+    return str(path) if path.exists() else None

@@ -1,0 +1,83 @@
+"""Process helpers shared by the harness adapters: wait without reaping, kill whole trees, read log tails."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+from pathlib import Path
+
+import psutil
+
+TAIL_CHARS = 4000
+
+
+def wait_for_exit(pid: int, timeout_s: float) -> bool:
+    """Block until ``pid`` exits (True) or ``timeout_s`` passes (False), without reaping it."""
+    fd = os.pidfd_open(pid)
+    try:
+        readable, _, _ = select.select([fd], [], [], max(timeout_s, 0.0))
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL the process group of ``pid`` and those of all its descendants (agent commands own one)."""
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    groups = {pid}
+    for child in descendants:
+        try:
+            groups.add(os.getpgid(child.pid))
+        except ProcessLookupError:
+            continue
+    for group in groups:
+        kill_group(group)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a process group; a group that is already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def tail(path: Path, n_chars: int = TAIL_CHARS) -> str:
+    """The last ``n_chars`` of a text file ('' when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, path.stat().st_size - n_chars))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text`` ('' when none)."""
+    lines = text.strip().splitlines()
+    return lines[-1].strip() if lines else ""
+
+
+def kill_processes_under(directories: list[Path]) -> int:
+    """SIGKILL the process group of every process whose cwd is inside one of ``directories``; return how many.
+
+    For agent commands orphaned by a dead harness worker: they run in their own sessions, so killing the
+    worker's tree no longer reaches them. This process's own group is never killed.
+    """
+    roots = [os.path.realpath(d) for d in directories]
+    own_group, killed = os.getpgrp(), 0
+    for proc in psutil.process_iter(["pid", "cwd"]):
+        cwd = proc.info.get("cwd")
+        if not cwd or not any(cwd == root or cwd.startswith(root.rstrip("/") + "/") for root in roots):
+            continue
+        try:
+            group = os.getpgid(proc.pid)
+        except ProcessLookupError:
+            continue
+        if group != own_group and proc.pid != os.getpid():
+            kill_group(group)
+            killed += 1
+    return killed

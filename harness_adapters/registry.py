@@ -1,0 +1,70 @@
+"""Harnesses by name: a lazy name -> import-path map, so a harness's code loads only when it is chosen."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from repro.protocols import Harness
+
+
+@dataclass(frozen=True)
+class HarnessEntry:
+    """Where a harness implementation and its config dataclass live (``module:attribute``)."""
+
+    harness: str
+    config: str
+
+
+HARNESSES: dict[str, HarnessEntry] = {
+    "mini-swe-agent": HarnessEntry(
+        harness="harness_adapters.mini_swe_agent_pool:MiniSweAgentHarness",
+        config="harness_adapters.mini_swe_agent:MiniSweAgentConfig",
+    ),
+}
+
+
+class UnknownHarnessError(ValueError):
+    """A harness name that is not in the registry."""
+
+
+def harness_names() -> list[str]:
+    """Known harness names, sorted."""
+    return sorted(HARNESSES)
+
+
+def canonical_name(name: str) -> str:
+    """``Mini_SWE_Agent`` -> ``mini-swe-agent``; raise UnknownHarnessError listing the choices."""
+    key = name.strip().lower().replace("_", "-")
+    if key not in HARNESSES:
+        raise UnknownHarnessError(f"unknown harness {name!r}; known harnesses: {', '.join(harness_names())}")
+    return key
+
+
+def harness_class(name: str) -> type:
+    """The harness implementation class for ``name`` (imported now, not before)."""
+    return _load(HARNESSES[canonical_name(name)].harness)
+
+
+def harness_config(name: str, cfg: Any = None) -> Any:
+    """``cfg`` as the harness's config dataclass: None -> defaults, a mapping -> its fields, else as given."""
+    config_cls = _load(HARNESSES[canonical_name(name)].config)
+    if cfg is None:
+        return config_cls()
+    if isinstance(cfg, config_cls):
+        return cfg
+    if isinstance(cfg, Mapping) or hasattr(cfg, "items"):
+        return config_cls(**{str(k): v for k, v in cfg.items() if k != "_target_"})
+    raise TypeError(f"config for harness {name!r} must be {config_cls.__name__} or a mapping, got {type(cfg).__name__}")
+
+
+def get_harness(name: str, cfg: Any = None, **kwargs: Any) -> Harness:
+    """Build the harness ``name`` from ``cfg``; extra keyword arguments go to its constructor (e.g. workers)."""
+    return harness_class(name)(harness_config(name, cfg), **kwargs)
+
+
+def _load(path: str) -> Any:
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
