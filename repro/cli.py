@@ -1,4 +1,4 @@
-"""The `repro` command line: run (Hydra experiments), table, inspect, serve, build-model, proxy."""
+"""The `repro` command line: run (Hydra experiments), table, inspect, tasks, serve, build-model, proxy."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     table.set_defaults(func=_table)
     inspect = sub.add_parser("inspect", help="show the rollouts and calls recorded in a run or trace store")
     inspect.add_argument("path", help="a run directory or a traces.sqlite file")
-    inspect.add_argument("rollout", nargs="?", help="show this rollout's calls in full")
+    inspect.add_argument("rollout", nargs="?", help="a rollout id or instance id: show its turns and verdict")
     inspect.set_defaults(func=_inspect)
     proxy = sub.add_parser("proxy", help="run the recording proxy")
     from repro.proxy.server import add_proxy_arguments
@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_serve_parser(sub)
     commands.add_build_model_parser(sub)
+    from repro.tasks.commands import add_tasks_parser
+
+    add_tasks_parser(sub)
     return parser
 
 
