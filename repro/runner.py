@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
-from hydra.errors import HydraException
+from hydra.errors import HydraException, InstantiationException
 from hydra.utils import call
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -79,6 +79,11 @@ def manifest() -> dict[str, Any]:
 
 
 def make_run_dir(cfg: DictConfig) -> Path:
+    """A new ``<output_root>/<name>/<time>`` directory, or ``run.dir`` when given (to resume a run)."""
+    if cfg.run.dir:
+        run_dir = Path(cfg.run.dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return run_dir
     root = Path(cfg.run.output_root)
     run_dir = root / cfg.run.name / time.strftime("%Y%m%d-%H%M%S")
     suffix = 0
@@ -97,5 +102,22 @@ def run(overrides: list[str]) -> Path:
     (run_dir / "overrides.txt").write_text("\n".join(overrides) + "\n")
     (run_dir / "manifest.json").write_text(json.dumps(manifest(), indent=2))
     print(f"run directory: {run_dir}", flush=True)
-    call(cfg.job, run_dir=run_dir)
+    try:
+        call(cfg.job, run_dir=run_dir)
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, USER_ERRORS):  # a bad input: its message names the fix, a traceback would bury it
+            raise SystemExit(f"error: {cause}") from None
+        raise
     return run_dir
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from harness_adapters.registry import UnknownHarnessError
+    from repro.sandbox.repos import RepoError
+    from repro.tasks.loaders import TaskSourceError
+
+    return (TaskSourceError, UnknownHarnessError, RepoError, SystemExit)
+
+
+USER_ERRORS = _user_errors()

@@ -34,3 +34,21 @@ def test_default_run_records_every_harness_call(tmp_path: Path) -> None:
     assert shown.returncode == 0 and "smoke-0" in shown.stdout and "finished" in shown.stdout
     missing = _repro("inspect", str(tmp_path / "nope"), cwd=tmp_path)
     assert missing.returncode != 0 and "no trace store" in missing.stderr
+
+
+def test_bad_inputs_fail_with_a_message_naming_the_fix(tmp_path: Path) -> None:
+    root = Path(__file__).parents[2]
+    cases = [
+        (["run", "experiment=nope"], "unknown experiment 'nope'"),
+        (["run", f"run.output_root={tmp_path}", "tasks=file", f"tasks.source={tmp_path}/missing.jsonl"],
+         "does not exist"),
+        (["run", f"run.output_root={tmp_path}", "job.harness_name=nope"], "known harnesses: mini-swe-agent"),
+    ]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instance_id": "a", "repo": "o/r", "base_commit": "abc", "problem_statement": "x"}\n{oops\n')
+    cases.append((["run", f"run.output_root={tmp_path}", "tasks=file", f"tasks.source={bad}"], "bad.jsonl:2"))
+    for args, fragment in cases:
+        out = _repro(*args, cwd=root)
+        assert out.returncode != 0, args
+        assert fragment in out.stderr + out.stdout, (args, out.stderr[-1500:])
+        assert "Traceback" not in out.stderr, args
