@@ -15,8 +15,26 @@ def _repro(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           cwd=cwd)
 
 
-def test_default_run_records_every_harness_call(tmp_path: Path) -> None:
-    out = _repro("run", f"run.output_root={tmp_path}", "harness.step_limit=2", cwd=Path(__file__).parents[2])
+def test_default_run_evaluates_and_prints_the_table(tmp_path: Path) -> None:
+    root = Path(__file__).parents[2]
+    out = _repro("run", f"run.output_root={tmp_path}", "tasks.n_tasks=2", "harness.step_limit=2", cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (metrics_path,) = tmp_path.glob("eval_bundled/*/metrics.json")
+    metrics = json.loads(metrics_path.read_text())
+    assert metrics["kind"] == "eval" and metrics["complete"] and metrics["n_samples"] == 2
+    assert "| eval_bundled" in out.stdout and metrics["fingerprint"][:8] in out.stdout
+    run_dir = metrics_path.parent
+    assert len(json.loads((run_dir / "preds.json").read_text())) == 2
+    shown = _repro("inspect", str(run_dir), cwd=tmp_path)
+    assert shown.returncode == 0 and "2 samples" in shown.stdout
+    table = _repro("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
+    assert table.returncode == 0, table.stderr[-2000:]
+    assert metrics["fingerprint"][:8] in (tmp_path / "results" / "eval_bundled.md").read_text()
+
+
+def test_smoke_run_records_every_harness_call(tmp_path: Path) -> None:
+    out = _repro("run", "experiment=smoke", f"run.output_root={tmp_path}", "harness.step_limit=2",
+                 cwd=Path(__file__).parents[2])
     assert out.returncode == 0, out.stderr[-3000:]
     (metrics_path,) = tmp_path.glob("smoke/*/metrics.json")
     metrics = json.loads(metrics_path.read_text())

@@ -10,7 +10,7 @@ from repro.runner import compose_config, experiment_names
 
 
 def test_there_are_experiments() -> None:
-    assert {"smoke", "bench_proxy"} <= set(experiment_names())
+    assert {"smoke", "bench_proxy", "eval_bundled"} <= set(experiment_names())
 
 
 @pytest.mark.parametrize("name", experiment_names())
@@ -25,8 +25,8 @@ def test_experiment_composes_and_instantiates(name: str) -> None:
             assert type(obj).__name__ == node._target_.rsplit(".", 1)[1], key
 
 
-def test_default_experiment_is_smoke() -> None:
-    assert compose_config([]).run.name == "smoke"
+def test_default_experiment_is_the_frozen_evaluation() -> None:
+    assert compose_config([]).run.name == "eval_bundled"
 
 
 def test_unknown_experiment_names_the_choices() -> None:

@@ -1,0 +1,68 @@
+"""Problem statements written like issue reports: the observed misbehaviour, never the diff.
+
+``multi_step``: only the symptom (a reproduction and what it returned); the code must be inspected first.
+``one_step``: the symptom plus the location; with ``quote_line`` (the procedural family, as in the CPU
+miniature's working recipe) the faulty line is quoted and the fix named ("the `-` should be `+`").
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from repro.tasks.mutate import Mutation
+from repro.tasks.probe import Symptom
+
+ONE_STEP = "one_step"
+MULTI_STEP = "multi_step"
+DIFFICULTIES = (ONE_STEP, MULTI_STEP)
+
+
+def multi_step_statement(symptom: Symptom) -> str:
+    """Symptom only: what was called, what came back, what was expected, and which test fails."""
+    return (f"{symptom.sentence()}\n\nTo reproduce:\n\n```python\n{symptom.snippet()}\n```\n\n"
+            f"The test `{symptom.test_id}` fails because of this.\n")
+
+
+def fix_hint(mutation: Mutation, clean_source: str) -> str:
+    """The fix in words: "The `-` should be `+`." (or, for a dropped statement, the missing line)."""
+    if mutation.operator != "dropped_statement":
+        return f"The `{mutation.wrong}` should be `{mutation.right}`."
+    previous = clean_source.splitlines()[mutation.lineno - 2].strip()
+    missing = textwrap.dedent(mutation.original).strip("\n")
+    if "\n" not in missing:
+        return f"A line is missing: `{missing}` should come right after `{previous}`."
+    return f"These lines are missing right after `{previous}`:\n\n```python\n{missing}\n```"
+
+
+def location(mutation: Mutation, clean_source: str, quote_line: bool) -> str:
+    """Where the fault is: function and file (and line number), or the quoted faulty line and its fix."""
+    where = f"`{mutation.function}` in `{mutation.path}`"
+    if not quote_line:
+        return f"The problem is in {where} (around line {mutation.lineno})."
+    if mutation.operator == "dropped_statement":
+        return f"The bug is in {where}. {fix_hint(mutation, clean_source)}"
+    line = mutation.buggy_line(clean_source).strip()
+    return f"The bug is in {where}, on the line `{line}`. {fix_hint(mutation, clean_source)}"
+
+
+def one_step_statement(symptom: Symptom, mutation: Mutation, clean_source: str, quote_line: bool) -> str:
+    return multi_step_statement(symptom) + "\n" + location(mutation, clean_source, quote_line) + "\n"
+
+
+def revealing_lines(mutation: Mutation, clean_source: str) -> list[str]:
+    """Code a multi-step statement must not quote: the faulty line and the fixed line(s)."""
+    lines = [mutation.buggy_line(clean_source), *mutation.fixed_line(clean_source).splitlines()]
+    return [line.strip() for line in lines if line.strip()]
+
+
+def make_statement(difficulty: str, symptom: Symptom, mutation: Mutation, clean_source: str,
+                   quote_line: bool) -> str | None:
+    """The statement for ``difficulty``; None when a multi-step statement would quote the faulty code."""
+    if difficulty == ONE_STEP:
+        return one_step_statement(symptom, mutation, clean_source, quote_line)
+    if difficulty != MULTI_STEP:
+        raise ValueError(f"unknown difficulty {difficulty!r}; choose from {DIFFICULTIES}")
+    text = multi_step_statement(symptom)
+    if any(line in text for line in revealing_lines(mutation, clean_source)):
+        return None
+    return text
