@@ -18,7 +18,6 @@ its own. The marker also records every installed distribution and its version (t
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -30,10 +29,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from repro.files import cache_dir, locked
 
 MARKER_NAME = ".repro-env.json"
 PIP_LOG_NAME = "pip-install.log"
@@ -67,12 +66,6 @@ class HarnessEnv:
     def script(self, name: str) -> Path:
         """Path of a console script installed in the env (e.g. ``mini``)."""
         return self.bin_dir / name
-
-
-def cache_dir() -> Path:
-    """Root of the package's cache: ``$REPRO_CACHE_DIR`` or ``~/.cache/repro``."""
-    override = os.environ.get("REPRO_CACHE_DIR")
-    return Path(override).expanduser() if override else Path.home() / ".cache" / "repro"
 
 
 def env_root(name: str, version: str) -> Path:
@@ -114,7 +107,7 @@ def ensure_harness_env(
     root = env_root(name, version)
     expected = build_hash(packages, python)
     if not is_valid(root, expected):
-        with _build_lock(root):
+        with locked(root.parent / f".{root.name}.lock"):  # one builder at a time
             if not is_valid(root, expected):
                 _build(root, packages, python, expected, timeout_s)
     return _as_env(name, version, root)
@@ -185,19 +178,6 @@ def _write_marker(root: Path, packages: list[str], python: str, expected: str, s
     tmp = root / f"{MARKER_NAME}.tmp"
     tmp.write_text(json.dumps(marker, indent=2) + "\n")
     os.replace(tmp, root / MARKER_NAME)
-
-
-@contextmanager
-def _build_lock(root: Path) -> Iterator[None]:
-    """Exclusive inter-process lock for building the env at ``root``."""
-    root.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = root.parent / f".{root.name}.lock"
-    with open(lock_path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _env_python(root: Path) -> Path:

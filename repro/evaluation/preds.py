@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from repro.evaluation.files import atomic_write_text, file_lock
 from repro.evaluation.records import InstanceReport, read_patch
+from repro.files import atomic_write_text, file_lock
 
 PREDS_FILE = "preds.json"
 

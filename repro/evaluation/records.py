@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from repro.evaluation.files import atomic_write_text
 from repro.evaluation.metrics import OUTCOMES, is_infra_failure
+from repro.files import atomic_write_text
 from repro.protocols import GradeResult, HarnessResult
 from repro.store import SqliteTraceStore
 from repro.tasks.schema import Task

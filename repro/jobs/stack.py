@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from repro.files import cache_dir
 from repro.net import free_port
 from repro.proxy import ProxyConfig
 from repro.proxy.server import start_proxy_process
@@ -36,10 +37,6 @@ class Stack:
     proxy_url: str
     proxy: ProxyConfig
     served_model_name: str
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("REPRO_CACHE_DIR", Path.home() / ".cache" / "repro"))
 
 
 def tiny_model(config: TinyModelConfig, corpus: list[str]) -> tuple[Path, bool]:

@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro.files import cache_dir, locked
 from repro.sandbox.limits import ResourceLimits
 from repro.sandbox.pytest_runner import run_pytest
-from repro.tasks.materialize import cache_dir, file_lock
 from repro.tasks.mutate import Mutation
 
 PACKAGES_DIR = Path(__file__).parent / "packages"
@@ -105,7 +105,7 @@ class PytestValidator:
     def save(self) -> None:
         """Merge this validator's verdicts into the on-disk cache (under a lock)."""
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-        with file_lock(self.cache_path.with_suffix(".lock")):
+        with locked(self.cache_path.with_suffix(".lock")):
             merged = {**self._load(), **self.cache}
             tmp = self.cache_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(merged, sort_keys=True))

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from repro.tasks.materialize import cache_dir
+from repro.files import cache_dir
 from repro.tasks.schema import Task
 
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement")

@@ -11,25 +11,20 @@ concurrent builders safe.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from repro.files import cache_dir, locked
 
 REPO_OWNER = "repro-bundled"
 IDENTITY = "repro tasks <tasks@repro.invalid> 946684800 +0000"  # fixed: 2000-01-01T00:00:00Z
 MARKERS = "repro-inputs"
-
-
-def cache_dir() -> Path:
-    """``$REPRO_CACHE_DIR`` or ``~/.cache/repro``."""
-    return Path(os.environ.get("REPRO_CACHE_DIR") or Path.home() / ".cache" / "repro")
 
 
 def repos_dir() -> Path:
@@ -39,18 +34,6 @@ def repos_dir() -> Path:
 
 def repo_dir(name: str) -> Path:
     return repos_dir() / f"{REPO_OWNER}__{name}"
-
-
-@contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock held for the ``with`` block (blocks until free)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -111,7 +94,7 @@ def materialize(name: str, commits: Sequence[CommitSpec]) -> tuple[Path, dict[st
     if marker.exists():
         return path, json.loads(marker.read_text())
     path.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(path.parent / f"{path.name}.lock"):
+    with locked(path.parent / f"{path.name}.lock"):
         if marker.exists():
             return path, json.loads(marker.read_text())
         if not (path / "HEAD").exists():

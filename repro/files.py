@@ -1,4 +1,4 @@
-"""Crash-safe file writes: atomic replace, and an inter-process lock for read-modify-write files."""
+"""Files shared by every part of repro: the cache root, crash-safe writes, and inter-process locks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 
@@ -26,11 +26,16 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def cache_dir() -> Path:
+    """Root of everything repro builds and caches outside git: ``$REPRO_CACHE_DIR`` or ``~/.cache/repro``."""
+    override = os.environ.get("REPRO_CACHE_DIR")
+    return Path(override).expanduser() if override else Path.home() / ".cache" / "repro"
+
+
 @contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Exclusive lock on ``<path>.lock`` held for the block; serialises threads and processes alike
+def locked(lock_path: Path) -> Iterator[None]:
+    """Exclusive lock on the file ``lock_path`` held for the block; serialises threads and processes alike
     (``flock`` locks belong to the open file, so each holder opens its own)."""
-    lock_path = path.with_name(path.name + ".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -38,3 +43,8 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def file_lock(path: Path) -> AbstractContextManager[None]:
+    """The lock guarding read-modify-write of ``path``: ``<path>.lock``."""
+    return locked(path.with_name(path.name + ".lock"))
