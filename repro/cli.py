@@ -25,8 +25,9 @@ def _table(args: argparse.Namespace) -> None:
 
 def _inspect(args: argparse.Namespace) -> None:
     from repro.report.inspect import inspect_path
+    from repro.samples import SampleConfig
 
-    inspect_path(Path(args.path), args.rollout)
+    inspect_path(Path(args.path), args.rollout, SampleConfig(mode=args.samples_mode, weighting=args.weighting))
 
 
 def _proxy(args: argparse.Namespace) -> None:
@@ -48,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = sub.add_parser("inspect", help="show the rollouts and calls recorded in a run or trace store")
     inspect.add_argument("path", help="a run directory or a traces.sqlite file")
     inspect.add_argument("rollout", nargs="?", help="a rollout id or instance id: show its turns and verdict")
+    from repro.samples import MODES, WEIGHTINGS, SampleConfig
+
+    inspect.add_argument("--samples-mode", choices=MODES, default=SampleConfig.mode,
+                         help="how a rollout's calls become training rows (shown for one rollout)")
+    inspect.add_argument("--weighting", choices=WEIGHTINGS, default=SampleConfig.weighting,
+                         help="row weights: a rollout's rows share weight 1, or each row weighs 1")
     inspect.set_defaults(func=_inspect)
     proxy = sub.add_parser("proxy", help="run the recording proxy")
     from repro.proxy.server import add_proxy_arguments

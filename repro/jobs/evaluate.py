@@ -7,13 +7,9 @@ from __future__ import annotations
 import logging
 import resource
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from harness_adapters.registry import get_harness
 from repro.evaluation import (
@@ -26,24 +22,16 @@ from repro.evaluation import (
     SandboxSpec,
     TaskSetSpec,
     eval_metrics,
-    next_rollout_id,
-    pending_samples,
     read_reports,
-    update_preds,
-    usage_from_store,
     write_metrics,
     write_preds,
-    write_report,
 )
+from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
 from repro.jobs.stack import CpuServingConfig, Stack, running_stack, tiny_model
-from repro.protocols import GradeResult, HarnessResult, HarnessRollout
 from repro.proxy import ProxyConfig
 from repro.report.eval_table import run_markdown
-from repro.report.progress import progress
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-from repro.sandbox.repos import RepoError
 from repro.serving.tiny_model import TinyModelConfig
-from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.loaders import load_tasks
 from repro.tasks.schema import Task
@@ -104,95 +92,30 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def _batches(items: list, size: int) -> Iterator[list]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+def eval_options(spec: EvalSpec, ev: EvalConfig) -> RolloutOptions:
+    """The rollout options of a frozen evaluation: mode ``eval``, the spec's decoding, seeds and limits."""
+    sampling = {"temperature": ev.temperature, "top_p": ev.top_p, "max_tokens": ev.max_tokens, **ev.extra_sampling}
+    return RolloutOptions(
+        mode="eval", k=ev.k, sampling=sampling, seeds=[spec.sample_seed(i) for i in range(ev.k)],
+        concurrency=ev.concurrency, grading_threads=ev.grading_threads, retry_infra=ev.retry_infra,
+        time_limit_s=spec.limits.time_limit_s, harness_name=spec.harness.name,
+        harness_version=spec.harness.version, fingerprint=spec.fingerprint(),
+    )
 
 
-class Evaluator:
-    """Runs the pending samples of one run directory under one spec."""
-
-    def __init__(self, run_dir: Path, spec: EvalSpec, ev: EvalConfig, tasks: list[Task], stack: Stack,
-                 harness: Any, sandbox: LocalSandbox, model_name: str) -> None:
-        self.run_dir, self.spec, self.ev, self.stack = run_dir, spec, ev, stack
-        self.tasks = {t.instance_id: t for t in tasks}
-        self.harness, self.sandbox, self.model_name = harness, sandbox, model_name
-        self.store = open_store(run_dir / "traces.sqlite")
-
-    def run(self) -> int:
-        pending = pending_samples(self.run_dir, list(self.tasks), self.ev.k, self.ev.retry_infra)
-        with progress(len(pending), "samples") as bar:
-            for batch in _batches(pending, max(1, self.ev.concurrency * 2)):
-                for report in self._run_batch(batch):
-                    bar.advance(note=report.outcome)
-        return len(pending)
-
-    def _register(self, instance_id: str, sample: int) -> str:
-        rollout_id = next_rollout_id(self.store, self.run_dir.name, instance_id, sample)
-        sampling = {"temperature": self.ev.temperature, "top_p": self.ev.top_p, "max_tokens": self.ev.max_tokens,
-                    **self.ev.extra_sampling}
-        seed = self.spec.sample_seed(sample)
-        if seed is not None:
-            sampling["seed"] = seed
-        httpx.post(f"{self.stack.proxy_url}/rollouts", json={
-            "rollout_id": rollout_id, "run_id": self.run_dir.name, "task_id": instance_id, "group_id": instance_id,
-            "harness": self.spec.harness.name, "harness_version": self.spec.harness.version, "mode": "eval",
-            "metadata": {"sample": sample, "sampling": sampling, "fingerprint": self.spec.fingerprint()},
-        }).raise_for_status()
-        return rollout_id
-
-    def _run_batch(self, batch: list[tuple[str, int]]) -> list[InstanceReport]:
-        started = time.time()
-        prepared, failed = [], []
-        for instance_id, sample in batch:
-            rollout_id = self._register(instance_id, sample)
-            task = self.tasks[instance_id]
-            try:
-                workspace = self.sandbox.workspace(task, rollout_id)
-            except RepoError as exc:
-                failed.append((task, sample, rollout_id, str(exc)))
-                continue
-            base_url = f"{self.stack.proxy_url}/rollouts/{rollout_id}/v1"
-            rollout = HarnessRollout(rollout_id, task, workspace.path, base_url, self.stack.served_model_name,
-                                     self.run_dir / "harness" / rollout_id, self._timeout_s())
-            prepared.append((task, sample, workspace, rollout))
-        results = self.harness.run([p[3] for p in prepared], self.ev.concurrency) if prepared else []
-        with ThreadPoolExecutor(self.ev.grading_threads) as pool:
-            reports = list(pool.map(lambda args: self._finish(*args, started), [
-                (task, sample, ws, rollout, result) for (task, sample, ws, rollout), result in zip(prepared, results,
-                                                                                                 strict=True)]))
-        reports += [self._infra_failure(*f, started) for f in failed]
-        return reports
-
-    def _timeout_s(self) -> float:
-        limit = self.spec.limits.time_limit_s
-        return (limit if limit > 0 else 600.0) + 60.0
-
-    def _finish(self, task: Task, sample: int, workspace: Any, rollout: HarnessRollout, result: HarnessResult,
-                started: float) -> InstanceReport:
-        patch = workspace.diff()
-        grade = self.sandbox.grade(task, workspace)
-        workspace.cleanup()
-        return self._record(task, sample, rollout.rollout_id, result, grade, patch, started)
-
-    def _infra_failure(self, task: Task, sample: int, rollout_id: str, reason: str, started: float) -> InstanceReport:
-        result = HarnessResult(rollout_id, "crashed", reason=f"workspace could not be made: {reason}")
-        return self._record(task, sample, rollout_id, result, GradeResult("error", reason), "", started)
-
-    def _record(self, task: Task, sample: int, rollout_id: str, result: HarnessResult, grade: GradeResult,
-                patch: str, started: float) -> InstanceReport:
-        store = open_store(self.run_dir / "traces.sqlite")  # one connection per grading thread
-        report = InstanceReport.build(task, sample, rollout_id, result, grade, patch,
-                                      usage_from_store(store, rollout_id), started)
-        infra = report.infra_failure
-        store.finish_rollout(rollout_id, "failed" if infra else "finished",
-                             reward=None if infra else float(grade.outcome == "resolved"),
-                             failure_reason=(grade.reason or result.reason) if infra else None)
-        store.close()
-        write_report(self.run_dir, report, patch)
-        if sample == 0:
-            update_preds(self.run_dir, task.instance_id, self.model_name, patch, sample)
-        return report
+def run_frozen_eval(phase_dir: Path, store_path: Path, spec: EvalSpec, ev: EvalConfig, tasks: list[Task],
+                    stack: Stack, agent: Any, box: LocalSandbox, model_name: str,
+                    grade_cache: GradeCache | None = None) -> tuple[list[InstanceReport], int]:
+    """Run the pending samples of ``phase_dir`` under ``spec``; (every report of the phase, samples run now)."""
+    runner = RolloutRunner(phase_dir, store_path, eval_options(spec, ev), tasks, stack, agent, box, model_name,
+                           grade_cache)
+    try:
+        ran = len(runner.run("eval samples"))
+    finally:
+        runner.close()
+    reports = read_reports(phase_dir)
+    write_preds(phase_dir, reports, model_name)
+    return reports, ran
 
 
 def evaluate_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: Any,
@@ -209,11 +132,10 @@ def evaluate_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Proxy
         with running_stack(model_dir, serving, proxy, run_dir) as stack:
             box = LocalSandbox(sandbox)
             try:
-                ran = Evaluator(run_dir, spec, eval, task_list, stack, agent, box, model_name).run()
+                reports, ran = run_frozen_eval(run_dir, run_dir / "traces.sqlite", spec, eval, task_list, stack,
+                                               agent, box, model_name)
             finally:
                 box.close()
-    reports = read_reports(run_dir)
-    write_preds(run_dir, reports, model_name)
     cost = Cost(cpu_h={"evaluation": (_cpu_seconds() - cpu0) / 3600})
     metrics = eval_metrics(reports, spec, eval.experiment, model_name, cost=cost, started_at=started,
                            durations_s={"evaluation": time.time() - started}, extra={"samples_run_now": ran})

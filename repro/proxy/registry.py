@@ -20,6 +20,9 @@ class RolloutState:
     next_seq: int
 
 
+ROLLOUT_MODES = ("train", "eval", "demo")  # demo: a scripted expert's demonstration (warm-start data)
+
+
 def rollout_overrides(record: RolloutRecord, by_mode: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The mode's overrides from config, updated with ``metadata["sampling"]`` of the rollout (e.g. a
     per-sample seed of a frozen evaluation)."""
@@ -64,8 +67,8 @@ class RolloutRegistry:
         metadata = fields.get("metadata", {})
         if not isinstance(metadata, dict) or not isinstance(metadata.get("sampling", {}), dict):
             raise bad_request("rollout 'metadata' must be an object and its 'sampling' an object")
-        if fields.get("mode", "eval") not in ("train", "eval"):
-            raise bad_request("rollout 'mode' must be 'train' or 'eval'")
+        if fields.get("mode", "eval") not in ROLLOUT_MODES:
+            raise bad_request(f"rollout 'mode' must be one of {', '.join(ROLLOUT_MODES)}")
         rollout_id = fields.get("rollout_id") or uuid.uuid4().hex
         check_rollout_id(rollout_id)
         try:

@@ -3,7 +3,8 @@
 ``repro inspect RUN`` lists an evaluation run's samples grouped by outcome (resolved / unresolved / error /
 timeout, with reasons) from its per-instance reports and trace store; a run without reports (or a bare
 ``traces.sqlite``) gets the store-level rollouts table. ``repro inspect RUN ROLLOUT_OR_INSTANCE`` shows a
-rollout's turns (action, observation) and the grader's verdict, then its calls table.
+rollout's turns (action, observation) and the grader's verdict, then its calls table and how its calls became
+training rows (``repro.samples``: merge mode, weighting, advantage within its group).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from rich.table import Table
 from repro.evaluation.records import read_reports
 from repro.report.run_view import resolve_target, run_overview
 from repro.report.turns import rollout_view
+from repro.samples import SampleConfig
+from repro.samples.view import samples_view
 from repro.store import CallRecord, SqliteTraceStore, open_store
 
 
@@ -73,8 +76,8 @@ def console() -> Console:
     return plain if plain.is_terminal else Console(width=160)
 
 
-def inspect_path(path: Path, target: str | None = None) -> None:
-    """``target``: a rollout id, or an instance id of the run (all its samples)."""
+def inspect_path(path: Path, target: str | None = None, samples: SampleConfig | None = None) -> None:
+    """``target``: a rollout id, or an instance id of the run (all its samples); ``samples``: how rows are built."""
     store = _store_for(path)
     run_dir = path if path.is_dir() else path.parent
     reports = read_reports(run_dir)
@@ -93,3 +96,4 @@ def inspect_path(path: Path, target: str | None = None) -> None:
             continue
         out.print(rollout_view(rollout, store.calls(rollout_id), by_rollout.get(rollout_id)))
         out.print(calls_table(store, rollout_id))
+        out.print(samples_view(store, rollout_id, samples))

@@ -1,0 +1,191 @@
+"""Run samples of tasks in the real harness through the proxy, grade them, and write per-instance reports.
+
+One runner serves every phase that needs rollouts: frozen evaluation (mode ``eval``), RL rollouts (mode
+``train``, several samples per task = one GRPO group) and expert demonstrations (mode ``demo``, not graded).
+Reports go to ``run_dir`` (the phase's folder); calls go to the proxy's store (``store_path``). Grading is
+deterministic given (task, patch), so identical patches of one task are graded once (``GradeCache``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from repro.evaluation import (
+    InstanceReport,
+    next_rollout_id,
+    pending_samples,
+    update_preds,
+    usage_from_store,
+    write_report,
+)
+from repro.jobs.stack import Stack
+from repro.protocols import GradeResult, HarnessResult, HarnessRollout
+from repro.report.progress import progress
+from repro.sandbox.local import LocalSandbox
+from repro.sandbox.repos import RepoError
+from repro.store import open_store
+from repro.tasks.schema import Task
+
+NOT_GRADED = GradeResult("unresolved", "not graded (demonstration)")
+
+
+@dataclass
+class RolloutOptions:
+    """How one phase runs its samples."""
+
+    mode: str = "eval"  # proxy rollout mode: eval | train | demo
+    k: int = 1  # samples per task
+    sampling: dict[str, Any] = field(default_factory=dict)  # forced on every call of the rollout
+    seeds: list[int | None] | None = None  # per-sample seed (None: no seed)
+    concurrency: int = 4
+    grading_threads: int = 2
+    retry_infra: bool = False
+    grade: bool = True
+    time_limit_s: float = 0.0
+    harness_name: str = ""
+    harness_version: str = ""
+    fingerprint: str = ""
+    write_preds: bool = True
+
+
+class GradeCache:
+    """Grades keyed by (instance id, sha256 of the patch): the tests of one task are deterministic."""
+
+    def __init__(self) -> None:
+        self._grades: dict[tuple[str, str], GradeResult] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def get(self, instance_id: str, patch: str) -> GradeResult | None:
+        with self._lock:
+            grade = self._grades.get((instance_id, _sha(patch)))
+            self.hits += grade is not None
+            return grade
+
+    def put(self, instance_id: str, patch: str, grade: GradeResult) -> None:
+        if grade.outcome in ("resolved", "unresolved"):  # never cache an infrastructure error
+            with self._lock:
+                self._grades[(instance_id, _sha(patch))] = grade
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _batches(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class RolloutRunner:
+    """Runs the pending samples of one phase folder (resumable: finished reports are skipped)."""
+
+    def __init__(self, run_dir: Path, store_path: Path, opts: RolloutOptions, tasks: list[Task], stack: Stack,
+                 harness: Any, sandbox: LocalSandbox, model_name: str, grade_cache: GradeCache | None = None) -> None:
+        self.run_dir, self.store_path, self.opts, self.stack = Path(run_dir), Path(store_path), opts, stack
+        self.tasks = {t.instance_id: t for t in tasks}
+        self.harness, self.sandbox, self.model_name = harness, sandbox, model_name
+        self.grade_cache = grade_cache
+        self.store = open_store(self.store_path)
+
+    def run(self, label: str = "samples") -> list[InstanceReport]:
+        """Run every pending sample; return the reports written now."""
+        pending = pending_samples(self.run_dir, list(self.tasks), self.opts.k, self.opts.retry_infra)
+        reports: list[InstanceReport] = []
+        with progress(len(pending), label) as bar:
+            for batch in _batches(pending, max(1, self.opts.concurrency * 2)):
+                for report in self._run_batch(batch):
+                    reports.append(report)
+                    bar.advance(note=report.outcome)
+        return reports
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _sampling(self, sample: int) -> dict[str, Any]:
+        sampling = dict(self.opts.sampling)
+        seeds = self.opts.seeds
+        if seeds is not None and sample < len(seeds) and seeds[sample] is not None:
+            sampling["seed"] = seeds[sample]
+        return sampling
+
+    def _register(self, instance_id: str, sample: int) -> str:
+        rollout_id = next_rollout_id(self.store, self.run_dir.name, instance_id, sample)
+        httpx.post(f"{self.stack.proxy_url}/rollouts", json={
+            "rollout_id": rollout_id, "run_id": self.run_dir.name, "task_id": instance_id, "group_id": instance_id,
+            "harness": self.opts.harness_name, "harness_version": self.opts.harness_version, "mode": self.opts.mode,
+            "metadata": {"sample": sample, "sampling": self._sampling(sample), "fingerprint": self.opts.fingerprint},
+        }).raise_for_status()
+        return rollout_id
+
+    def _run_batch(self, batch: list[tuple[str, int]]) -> list[InstanceReport]:
+        started = time.time()
+        prepared, failed = [], []
+        for instance_id, sample in batch:
+            rollout_id = self._register(instance_id, sample)
+            task = self.tasks[instance_id]
+            try:
+                workspace = self.sandbox.workspace(task, rollout_id)
+            except RepoError as exc:
+                failed.append((task, sample, rollout_id, str(exc)))
+                continue
+            base_url = f"{self.stack.proxy_url}/rollouts/{rollout_id}/v1"
+            rollout = HarnessRollout(rollout_id, task, workspace.path, base_url, self.stack.served_model_name,
+                                     self.run_dir / "harness" / rollout_id, self._timeout_s())
+            prepared.append((task, sample, workspace, rollout))
+        results = self.harness.run([p[3] for p in prepared], self.opts.concurrency) if prepared else []
+        jobs = [(*p, result) for p, result in zip(prepared, results, strict=True)]
+        with ThreadPoolExecutor(max(1, self.opts.grading_threads)) as pool:
+            reports = list(pool.map(lambda job: self._finish(*job, started), jobs))
+        reports += [self._infra_failure(*f, started) for f in failed]
+        return reports
+
+    def _timeout_s(self) -> float:
+        limit = self.opts.time_limit_s
+        return (limit if limit > 0 else 600.0) + 60.0
+
+    def _grade(self, task: Task, workspace: Any, patch: str) -> GradeResult:
+        if not self.opts.grade:
+            return NOT_GRADED
+        cached = self.grade_cache.get(task.instance_id, patch) if self.grade_cache else None
+        if cached is not None:
+            return cached
+        grade = self.sandbox.grade(task, workspace)
+        if self.grade_cache is not None:
+            self.grade_cache.put(task.instance_id, patch, grade)
+        return grade
+
+    def _finish(self, task: Task, sample: int, workspace: Any, rollout: HarnessRollout, result: HarnessResult,
+                started: float) -> InstanceReport:
+        patch = workspace.diff()
+        grade = self._grade(task, workspace, patch)
+        workspace.cleanup()
+        return self._record(task, sample, rollout.rollout_id, result, grade, patch, started)
+
+    def _infra_failure(self, task: Task, sample: int, rollout_id: str, reason: str, started: float) -> InstanceReport:
+        result = HarnessResult(rollout_id, "crashed", reason=f"workspace could not be made: {reason}")
+        return self._record(task, sample, rollout_id, result, GradeResult("error", reason), "", started)
+
+    def _record(self, task: Task, sample: int, rollout_id: str, result: HarnessResult, grade: GradeResult,
+                patch: str, started: float) -> InstanceReport:
+        store = open_store(self.store_path)  # one connection per grading thread
+        report = InstanceReport.build(task, sample, rollout_id, result, grade, patch,
+                                      usage_from_store(store, rollout_id), started)
+        infra = report.infra_failure
+        reward = None if infra or not self.opts.grade else float(grade.outcome == "resolved")
+        store.finish_rollout(rollout_id, "failed" if infra else "finished", reward=reward,
+                             failure_reason=(grade.reason or result.reason) if infra else None)
+        store.close()
+        write_report(self.run_dir, report, patch)
+        if sample == 0 and self.opts.write_preds:
+            update_preds(self.run_dir, task.instance_id, self.model_name, patch, sample)
+        return report

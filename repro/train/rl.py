@@ -1,0 +1,131 @@
+"""The policy-gradient trainer: weighted, masked rows in; an updated checkpoint out (pushed to the model server)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from repro.train.config import RlConfig
+from repro.train.policy_loss import clipped_policy_loss, token_logprobs
+
+# Files besides the weights that make a checkpoint directory servable (tokenizer, chat template, provenance).
+CHECKPOINT_EXTRAS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                     "repro_model.json")
+
+
+class TrainingRow(Protocol):
+    """What the trainer reads from a row of ``repro.samples`` (token lists are aligned)."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    old_logprobs: list[float]
+    weight: float
+    advantage: float
+
+
+def copy_extras(src: Path, dst: Path) -> None:
+    """Copy tokenizer and provenance files from one checkpoint directory to another."""
+    for name in CHECKPOINT_EXTRAS:
+        if (Path(src) / name).exists():
+            shutil.copy2(Path(src) / name, Path(dst) / name)
+
+
+def pad_rows(rows: Sequence[TrainingRow], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded tensors of a micro-batch."""
+    width = max(len(r.input_ids) for r in rows)
+
+    def padded(values: list, fill: float, dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor(list(values) + [fill] * (width - len(values)), dtype=dtype)
+
+    return {
+        "input_ids": torch.stack([padded(r.input_ids, pad_id, torch.long) for r in rows]),
+        "attention_mask": torch.stack([padded([1] * len(r.input_ids), 0, torch.long) for r in rows]),
+        "loss_mask": torch.stack([padded(r.loss_mask, 0, torch.long) for r in rows]),
+        "old_logps": torch.stack([padded(r.old_logprobs, 0.0, torch.float32) for r in rows]),
+        "advantages": torch.tensor([r.advantage for r in rows], dtype=torch.float32),
+        "weights": torch.tensor([r.weight for r in rows], dtype=torch.float32),
+    }
+
+
+def check_rows(rows: Sequence[TrainingRow]) -> None:
+    """Refuse rows the objective cannot use: misaligned lists or missing sampling logprobs."""
+    for row in rows:
+        if not len(row.input_ids) == len(row.loss_mask) == len(row.old_logprobs):
+            raise ValueError("a row's input_ids, loss_mask and old_logprobs differ in length")
+        sampled = [lp for lp, m in zip(row.old_logprobs, row.loss_mask, strict=True) if m]
+        if any(lp != lp for lp in sampled):  # NaN marks a logprob the server did not return
+            raise ValueError("a row has sampled tokens without recorded logprobs; the importance ratio needs them "
+                             "(the model server must return logprobs)")
+
+
+class PolicyTrainer:
+    """Holds the policy and its optimizer across RL steps."""
+
+    def __init__(self, model_dir: Path, cfg: RlConfig) -> None:
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
+        torch.manual_seed(cfg.seed)
+        self.cfg, self.model_dir = cfg, Path(model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model.train()
+        self.pad_id = self.model.config.pad_token_id or 0
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate, betas=cfg.adam_betas,
+                                           weight_decay=cfg.weight_decay)
+        self.rng = random.Random(cfg.seed)
+        self.steps = 0
+
+    def update(self, rows: Sequence[TrainingRow]) -> dict[str, Any]:
+        """``updates_per_batch`` optimizer steps on ``rows``; returns what happened (for the run's log)."""
+        started = time.perf_counter()
+        live = [r for r in rows if r.weight > 0]
+        check_rows(live)
+        normalizer = sum(r.weight for r in live)
+        used = [r for r in live if r.advantage != 0 or not self.cfg.skip_zero_advantage]
+        stats: dict[str, Any] = {"rows": len(rows), "rows_trained": len(used), "normalizer": normalizer,
+                                 "sampled_tokens": sum(sum(r.loss_mask) for r in used), "updates": []}
+        if not used or normalizer <= 0:
+            stats["seconds"] = time.perf_counter() - started
+            return stats
+        for _ in range(self.cfg.updates_per_batch):
+            stats["updates"].append(self._one_update(used, normalizer))
+        self.steps += 1
+        stats["seconds"] = time.perf_counter() - started
+        return stats
+
+    def _one_update(self, rows: list[TrainingRow], normalizer: float) -> dict[str, float]:
+        order = list(rows)
+        self.rng.shuffle(order)
+        self.optimizer.zero_grad(set_to_none=True)
+        total, merged = 0.0, {"clip_fraction": 0.0, "ratio_mean": 0.0, "log_ratio_abs_max": 0.0}
+        chunks = [order[i : i + self.cfg.micro_batch_rows] for i in range(0, len(order), self.cfg.micro_batch_rows)]
+        for chunk in chunks:
+            batch = pad_rows(chunk, self.pad_id)
+            logps = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
+            loss, st = clipped_policy_loss(logps, batch["old_logps"], batch["advantages"], batch["loss_mask"],
+                                           batch["weights"], normalizer, self.cfg.clip_low, self.cfg.clip_high)
+            loss.backward()
+            total += float(loss.detach())
+            merged["clip_fraction"] += st["clip_fraction"] / len(chunks)
+            merged["ratio_mean"] += st["ratio_mean"] / len(chunks)
+            merged["log_ratio_abs_max"] = max(merged["log_ratio_abs_max"], st["log_ratio_abs_max"])
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        return {"loss": total, "grad_norm": float(grad_norm), **merged}
+
+    def save(self, out_dir: Path) -> Path:
+        """Write the current policy as a servable checkpoint (weights + the tokenizer files) to ``out_dir``."""
+        out_dir = Path(out_dir)
+        tmp = out_dir.with_name(out_dir.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp, safe_serialization=True)
+        copy_extras(self.model_dir, tmp)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        tmp.rename(out_dir)
+        return out_dir

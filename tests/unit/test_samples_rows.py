@@ -1,0 +1,157 @@
+"""Calls -> fragments: merging keeps every sampled token once and in order, and the mask marks exactly them.
+
+The strategies here (random fragmentation, call statuses, missing logprobs) are shared by the weights and
+build tests.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from repro.samples import SampleConfig, fragments
+from repro.store import CallRecord
+
+SAMPLED = 100_000  # ids of sampled tokens: unique per rollout, never in a prompt suffix
+BREAK = 50_000  # first token of a prompt that does not extend: BREAK + seq, unique per rollout
+
+
+@dataclass
+class Drawn:
+    """A generated rollout: its calls and what the generator knows about them."""
+
+    calls: list[CallRecord]
+    trainable: list[int] = field(default_factory=list)  # seqs of calls with status ok/truncated and tokens
+    starts: list[int] = field(default_factory=list)  # trainable seqs whose prompt does not extend the row
+
+
+def logprobs_of(completion: list[int]) -> list[float]:
+    return [-((t % 97) + 1) / 10 for t in completion]
+
+
+@st.composite
+def rollout_calls(draw: st.DrawFn, rollout_id: str = "r", max_calls: int = 8, breaks: bool = True,
+                  statuses: tuple[str, ...] = ("ok", "ok", "ok", "truncated", "error", "aborted")) -> Drawn:
+    """Calls where each prompt either extends the last trainable call's prompt + completion (plus a random
+    suffix the model did not sample) or breaks; random statuses, empty completions and missing logprobs."""
+    drawn = Drawn([])
+    current: list[int] | None = None
+    next_sampled = SAMPLED
+    for seq in range(draw(st.integers(0, max_calls))):
+        status = draw(st.sampled_from(statuses))
+        suffix = draw(st.lists(st.integers(1, 999), max_size=4))
+        extend = current is not None and (not breaks or draw(st.booleans()))
+        prompt = (current or []) + suffix if extend else [BREAK + seq, *suffix]
+        size = draw(st.integers(0, 4))
+        completion = list(range(next_sampled, next_sampled + size))
+        next_sampled += size
+        logprobs = None if draw(st.integers(0, 9)) == 0 else logprobs_of(completion)
+        if status == "error" and draw(st.booleans()):
+            prompt, completion, logprobs = None, None, None
+        drawn.calls.append(CallRecord(rollout_id, seq, "completions", status, prompt_ids=prompt,
+                                      completion_ids=completion, logprobs=logprobs))
+        if status in ("ok", "truncated") and prompt and completion:
+            drawn.trainable.append(seq)
+            if not extend:
+                drawn.starts.append(seq)
+            current = prompt + completion
+    return drawn
+
+
+def by_seq(drawn: Drawn) -> dict[int, CallRecord]:
+    return {c.seq: c for c in drawn.calls}
+
+
+def sampled_tokens(fragment_ids: list[int], mask: list[int]) -> list[int]:
+    return [t for t, m in zip(fragment_ids, mask, strict=True) if m == 1]
+
+
+@given(rollout_calls(), st.sampled_from(["per_call", "prefix_merge"]))
+def test_merging_never_drops_reorders_or_duplicates_a_sampled_token(drawn: Drawn, mode: str) -> None:
+    parts, skipped = fragments(drawn.calls, mode)
+    calls = by_seq(drawn)
+    got = [t for p in parts for t in sampled_tokens(p.input_ids, p.loss_mask)]
+    assert got == [t for seq in drawn.trainable for t in calls[seq].completion_ids or []]
+    assert [s for p in parts for s in p.call_seqs] == drawn.trainable
+    assert sorted([s.seq for s in skipped] + drawn.trainable) == [c.seq for c in drawn.calls]
+
+
+@given(rollout_calls())
+def test_prefix_merge_breaks_exactly_where_a_prompt_does_not_extend(drawn: Drawn) -> None:
+    parts, _ = fragments(drawn.calls, "prefix_merge")
+    calls = by_seq(drawn)
+    assert [p.call_seqs[0] for p in parts] == drawn.starts
+    for part in parts:
+        last = calls[part.call_seqs[-1]]
+        assert part.input_ids == (last.prompt_ids or []) + (last.completion_ids or [])
+
+
+@given(rollout_calls(), st.sampled_from(["per_call", "prefix_merge"]))
+def test_mask_is_one_exactly_on_sampled_tokens_and_logprobs_align(drawn: Drawn, mode: str) -> None:
+    parts, _ = fragments(drawn.calls, mode)
+    calls = by_seq(drawn)
+    for part in parts:
+        expected_mask = [0] * len(part.input_ids)
+        expected_lp = [0.0] * len(part.input_ids)
+        for seq in part.call_seqs:  # each merged call's completion sits right after its prompt
+            call = calls[seq]
+            start = len(call.prompt_ids or [])
+            completion = call.completion_ids or []
+            assert part.input_ids[start:start + len(completion)] == completion
+            for i in range(len(completion)):
+                expected_mask[start + i] = 1
+                expected_lp[start + i] = call.logprobs[i] if call.logprobs else math.nan
+        assert part.loss_mask == expected_mask
+        assert len(part.old_logprobs) == len(part.input_ids)
+        for got, want in zip(part.old_logprobs, expected_lp, strict=True):
+            assert (math.isnan(got) and math.isnan(want)) or got == want
+        assert part.missing_logprob_seqs == [s for s in part.call_seqs if calls[s].logprobs is None]
+
+
+@given(rollout_calls(max_calls=6, breaks=False, statuses=("ok",)))
+def test_all_extending_calls_give_one_merged_row_or_one_row_per_call(drawn: Drawn) -> None:
+    merged, _ = fragments(drawn.calls, "prefix_merge")
+    per_call, _ = fragments(drawn.calls, "per_call")
+    n = len(drawn.trainable)
+    assert len(merged) == min(n, 1) and len(per_call) == n
+    assert [t for p in merged for t in sampled_tokens(p.input_ids, p.loss_mask)] == \
+        [t for p in per_call for t in sampled_tokens(p.input_ids, p.loss_mask)]
+    assert sum(len(p.input_ids) for p in merged) <= sum(len(p.input_ids) for p in per_call)
+
+
+def test_worked_example_prompt_suffix_is_masked_and_breaks_start_rows() -> None:
+    calls = [
+        CallRecord("r", 0, "chat", "ok", prompt_ids=[1, 2], completion_ids=[10, 11], logprobs=[-0.1, -0.2]),
+        CallRecord("r", 1, "chat", "error", error="upstream 500"),
+        CallRecord("r", 2, "chat", "ok", prompt_ids=[1, 2, 10, 11, 3], completion_ids=[12], logprobs=[-0.3]),
+        CallRecord("r", 3, "chat", "aborted", prompt_ids=[1, 2, 10, 11, 3, 12], completion_ids=[13]),
+        CallRecord("r", 4, "chat", "truncated", prompt_ids=[1, 2, 10, 11, 3, 12, 4], completion_ids=[14],
+                   logprobs=None),
+        CallRecord("r", 5, "chat", "ok", prompt_ids=[1, 9], completion_ids=[15], logprobs=[-0.5]),
+        CallRecord("r", 6, "chat", "ok", prompt_ids=[1, 9, 15], completion_ids=[], logprobs=[]),
+    ]
+    parts, skipped = fragments(calls, "prefix_merge")
+    assert [p.call_seqs for p in parts] == [[0, 2, 4], [5]]
+    first = parts[0]
+    assert first.input_ids == [1, 2, 10, 11, 3, 12, 4, 14]
+    assert first.loss_mask == [0, 0, 1, 1, 0, 1, 0, 1]
+    assert first.old_logprobs[:7] == pytest.approx([0.0, 0.0, -0.1, -0.2, 0.0, -0.3, 0.0])
+    assert math.isnan(first.old_logprobs[7]) and first.missing_logprob_seqs == [4]
+    assert [(s.seq, s.reason) for s in skipped] == [(1, "status error"), (3, "status aborted"),
+                                                   (6, "no completion token ids")]
+    assert [p.call_seqs for p in fragments(calls, "per_call")[0]] == [[0], [2], [4], [5]]
+
+
+def test_config_rejects_unknown_choices_and_lists_them() -> None:
+    with pytest.raises(ValueError, match="per_call, prefix_merge"):
+        SampleConfig(mode="merge")
+    with pytest.raises(ValueError, match="rollout, fragment"):
+        SampleConfig(weighting="token")
+    with pytest.raises(ValueError, match="group, none"):
+        SampleConfig(scale_rewards="batch")
+    with pytest.raises(ValueError, match="per_call, prefix_merge"):
+        fragments([], "merge")
