@@ -49,8 +49,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -149,6 +151,43 @@ def ensure_mini_swe_agent_env(version: str = DEFAULT_VERSION) -> HarnessEnv:
     if not version.startswith("2."):
         raise ValueError(f"only mini-SWE-agent 2.x is supported here, got {version!r}")
     return ensure_harness_env(NAME, version, PINNED_PACKAGES.get(version, [f"mini-swe-agent=={version}"]))
+
+
+def fixed_prompt_texts(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None, *,
+                       platform_line: bool = False) -> list[str]:
+    """The fixed paragraphs of every ``*_template`` (system, instance, observation, format error) of the base
+    config this adapter passes for ``cfg``: the recipe tokenizer's added tokens (sorted, distinct).
+
+    ``platform_line`` adds the paragraphs of the instance template rendered with this machine's
+    ``platform.uname()`` (as mini's local environment renders it): the ``<system_information>`` block becomes
+    one token instead of ~50, but the tokenizer then depends on the machine's kernel."""
+    from repro.serving.vocab import fixed_template_texts, rendered_texts, sentinel
+
+    env = env or ensure_mini_swe_agent_env(cfg.version)
+    data = yaml.safe_load(_base_config_source(env, cfg).read_text(encoding="utf-8"))
+    sections = [section for section in data.values() if isinstance(section, dict)]
+    texts = fixed_template_texts(value for section in sections for key, value in section.items()
+                                 if key.endswith("_template") and isinstance(value, str))
+    if platform_line:
+        variables = {**platform.uname()._asdict(), "task": sentinel(0)}
+        texts = sorted({*texts, *rendered_texts(data["agent"]["instance_template"], variables)})
+    return texts
+
+
+def harness_tools(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None) -> list[dict[str, Any]]:
+    """The ``tools`` list mini-SWE-agent sends (its ``BASH_TOOL``; none in text mode)."""
+    if cfg.mode == "text":
+        return []
+    env = env or ensure_mini_swe_agent_env(cfg.version)
+    code = "import json; from minisweagent.models.utils.actions_toolcall import BASH_TOOL; print(json.dumps(BASH_TOOL))"
+    home = Path(tempfile.mkdtemp(prefix="mswea-tools-"))
+    try:
+        proc_env = build_process_env(cfg, home=home, config_dir=home)
+        out = subprocess.run([str(env.python), "-c", code], env=proc_env, capture_output=True, text=True,
+                             check=True, timeout=60).stdout
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    return [json.loads(out.strip().splitlines()[-1])]
 
 
 def run_mini_swe_agent(

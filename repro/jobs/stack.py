@@ -10,13 +10,15 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from repro.files import cache_dir
 from repro.net import free_port
 from repro.proxy import ProxyConfig
 from repro.proxy.server import start_proxy_process
 from repro.serving.commands import start_cpu_server_process, stop_process
-from repro.serving.tiny_model import TinyModelConfig, build_tiny_model
+from repro.serving.recipe import resolve_model_config
+from repro.serving.tiny_model import TinyModelConfig, build_tiny_model, config_dict
 
 
 @dataclass
@@ -28,6 +30,7 @@ class CpuServingConfig:
     max_batch_size: int = 8
     torch_threads: int = 1
     default_max_tokens: int = 128
+    expert_tasks: Path | None = None  # a tasks JSONL: serve the scripted expert (gold fixes) instead of the model
 
 
 @dataclass
@@ -39,9 +42,13 @@ class Stack:
     served_model_name: str
 
 
-def tiny_model(config: TinyModelConfig, corpus: list[str]) -> tuple[Path, bool]:
-    """The tiny checkpoint for (config, corpus), built once and cached by a hash of both; (dir, was_cached)."""
-    key = hashlib.sha256(json.dumps([asdict(config), corpus], sort_keys=True).encode()).hexdigest()[:16]
+def tiny_model(config: TinyModelConfig, corpus: list[str], harness: Any = None) -> tuple[Path, bool]:
+    """The tiny checkpoint for (config, corpus), built once and cached by a hash of both; (dir, was_cached).
+
+    ``harness`` (its config) is needed when ``config.recipe_tokens`` is set, see
+    :func:`repro.serving.recipe.resolve_model_config`."""
+    config = resolve_model_config(config, harness)
+    key = hashlib.sha256(json.dumps([config_dict(config), corpus], sort_keys=True).encode()).hexdigest()[:16]
     out = cache_dir() / "models" / f"tiny-{key}"
     if (out / "repro_model.json").exists():
         return out, True
@@ -52,13 +59,17 @@ def tiny_model(config: TinyModelConfig, corpus: list[str]) -> tuple[Path, bool]:
 
 
 @contextlib.contextmanager
-def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig, run_dir: Path) -> Iterator[Stack]:
-    """Start the CPU server and the proxy (logs in ``run_dir``); stop both on exit."""
+def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig, run_dir: Path,
+                  expert_tasks: Path | None = None) -> Iterator[Stack]:
+    """Start the CPU server and the proxy (logs in ``run_dir``); stop both on exit.
+
+    ``expert_tasks`` (else ``serving.expert_tasks``), a tasks JSONL, makes the server the scripted expert."""
     server_port = serving.port or free_port()
+    expert = expert_tasks or serving.expert_tasks
     server = start_cpu_server_process(
         model_dir, server_port, served_model_name=serving.served_model_name, max_batch_size=serving.max_batch_size,
         torch_threads=serving.torch_threads, default_max_tokens=serving.default_max_tokens,
-        log_path=run_dir / "model_server.log",
+        expert_tasks=Path(expert) if expert else None, log_path=run_dir / "model_server.log",
     )
     procs: list[subprocess.Popen] = [server]
     try:

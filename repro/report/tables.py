@@ -1,7 +1,8 @@
 """`repro table`: published tables in results/, built only from runs' metrics.json files.
 
 Each metrics.json names its ``kind``: ``eval`` runs become one table per comparison (``repro.report.eval_table``),
-``proxy_overhead`` benchmark runs become ``proxy_overhead.md``. Unknown kinds are skipped.
+``proxy_overhead`` benchmark runs become ``proxy_overhead.md``, ``before_after`` runs (the miniature reproduction)
+one table per comparison (``repro.report.before_after``). Unknown kinds are skipped.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from repro.report.before_after import write_before_after_tables
 from repro.report.eval_table import write_eval_tables
 
 _TARGETS_NOTE = ("Targets (issue 2): proxy CPU <= 1 ms per non-streaming call and <= 1.5 ms per streaming call "
@@ -78,4 +80,6 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
         written += [md, results / "proxy_overhead.csv"]
     if "eval" in by_kind:
         written += write_eval_tables(by_kind["eval"], results)
+    if "before_after" in by_kind:
+        written += write_before_after_tables(by_kind["before_after"], results)
     return written

@@ -94,6 +94,8 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=None, help="default: max_position_embeddings")
     parser.add_argument("--max-logprobs", type=int, default=20)
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--expert-tasks", type=Path, default=None,
+                        help="tasks JSONL: serve the scripted expert (gold one-line fix as a sed command)")
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -116,6 +118,7 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
         served_model_name=args.served_model_name,
         max_logprobs=args.max_logprobs,
         log_level=args.log_level,
+        expert_tasks=args.expert_tasks,
     )
 
 
@@ -144,13 +147,15 @@ def start_cpu_server_process(
     max_batch_size: int = 8,
     torch_threads: int = 1,
     default_max_tokens: int = 256,
+    expert_tasks: Path | None = None,
     extra_args: tuple[str, ...] = (),
     log_path: Path | None = None,
     timeout_s: float = 120.0,
 ) -> subprocess.Popen:
     """Launch ``python -m repro.serving.cpu_server`` and wait for ``/health``; stop it with :func:`stop_process`.
 
-    Output goes to ``log_path`` (appended) when given, else to this process's stdout/stderr.
+    ``expert_tasks`` (a tasks JSONL) serves the scripted expert instead of the model. Output goes to
+    ``log_path`` (appended) when given, else to this process's stdout/stderr.
     """
     cmd = [
         sys.executable,
@@ -171,6 +176,8 @@ def start_cpu_server_process(
     ]
     if served_model_name:
         cmd += ["--served-model-name", served_model_name]
+    if expert_tasks is not None:
+        cmd += ["--expert-tasks", str(expert_tasks)]
     cmd += list(extra_args)
     proc = _popen(cmd, log_path)
     try:

@@ -1,6 +1,8 @@
 """CPU model server speaking vLLM's OpenAI dialect (raw ASGI app, run by uvicorn).
 
-Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``.
+Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
+``POST /v1/load_weights`` (``{"model_dir": DIR}``: swap in a checkpoint's weights between batches, see
+:mod:`repro.serving.weights`). With ``expert_tasks`` the completions are scripted (:mod:`repro.serving.expert`).
 vLLM extensions honoured: ``return_token_ids`` (prompt ids top-level for chat / per choice for
 completions; completion ids per choice, as deltas when streaming), ``stop_token_ids``,
 ``chat_template_kwargs``, ``add_generation_prompt``, ``stop_reason``. Tool calls are parsed with the
@@ -18,6 +20,7 @@ import logging
 import traceback
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -50,6 +53,7 @@ from repro.serving.streaming import (
     build_chat_response,
     build_completion_response,
 )
+from repro.serving.weights import reload_weights
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,7 @@ class ServerConfig:
     served_model_name: str | None = None  # None: the checkpoint directory's name
     max_logprobs: int = 20
     log_level: str = "warning"
+    expert_tasks: Path | None = None  # a tasks JSONL: serve the scripted expert instead of the model
 
 
 class Generation:
@@ -181,6 +186,7 @@ class CPUServerApp:
             "/v1/models": ("GET", self._models),
             "/v1/chat/completions": ("POST", self._chat),
             "/v1/completions": ("POST", self._completions),
+            "/v1/load_weights": ("POST", self._load_weights),
         }
         if path not in routes:
             await send_json(send, 404, error_body(f"{path} not found", "not_found_error", 404))
@@ -216,11 +222,14 @@ class CPUServerApp:
             "object": "model",
             "created": 0,
             "owned_by": "repro",
-            "root": str(self.engine.config.model_dir),
+            "root": str(self.engine.loaded_dir),
             "parent": None,
             "max_model_len": self.engine.max_model_len,
         }
         await send_json(send, 200, {"object": "list", "data": [card]})
+
+    async def _load_weights(self, body: bytes, send: Send) -> None:
+        await send_json(send, 200, await reload_weights(self.engine, body))
 
     def _render_chat(
         self,
@@ -309,8 +318,13 @@ async def stream_sse(send: Send, chunks: AsyncIterator[dict[str, Any]]) -> None:
 
 
 def create_app(config: ServerConfig) -> CPUServerApp:
-    """Load the engine and build the ASGI app."""
-    engine = Engine(config.engine)
+    """Load the engine (the scripted expert when ``config.expert_tasks`` is set) and build the ASGI app."""
+    if config.expert_tasks is not None:
+        from repro.serving.expert import ExpertEngine
+
+        engine: Engine = ExpertEngine(config.engine, config.expert_tasks)
+    else:
+        engine = Engine(config.engine)
     name = config.served_model_name or config.engine.model_dir.resolve().name
     return CPUServerApp(engine, name, config.max_logprobs)
 

@@ -4,7 +4,8 @@ A background thread collects pending requests (short window, bounded batch), lef
 once and decodes token by token with a KV cache. Each row samples with its own parameters and its own
 ``torch.Generator`` (so a seeded request is reproducible when run alone), and stops on an eos / stop
 token, a stop string or ``max_tokens``. Events go to per-request asyncio queues through
-``loop.call_soon_threadsafe``. Requests arriving while a batch runs wait for the next batch.
+``loop.call_soon_threadsafe``. Requests arriving while a batch runs wait for the next batch; so do
+control calls (:meth:`Engine.between_batches`, e.g. a weight reload), which never run inside a batch.
 
 Text conventions (as vLLM's): the token ids of a row include the eos / stop token that ended it, but
 its text does not; a stop string ends the row and is cut from the text (the token ids still hold the
@@ -15,23 +16,27 @@ on a stop string, where the text is that decode cut at the stop string.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import hashlib
 import logging
 import queue
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 from tokenizers import Tokenizer
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from repro.serving.sampling import TextTracker, sample_row
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class PromptTooLongError(ValueError):
@@ -110,6 +115,22 @@ class EngineRequest:
             self.loop.call_soon_threadsafe(self.out.put_nowait, (self.tag, event))
 
 
+@dataclass
+class _Control:
+    """A call the engine thread makes between batches; its result (or exception) goes to ``future``."""
+
+    fn: Callable[[], Any]
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+    def run(self) -> None:
+        if not self.future.set_running_or_notify_cancel():
+            return
+        try:
+            self.future.set_result(self.fn())
+        except BaseException as exc:  # delivered to the caller
+            self.future.set_exception(exc)
+
+
 class _Row:
     """Decoding state of one request inside a batch."""
 
@@ -122,13 +143,15 @@ class _Row:
         self.stop_ids = eos_ids | set(req.params.stop_token_ids)
         self.n_generated = 0
 
-    def step(self, token_id: int, logprobs: torch.Tensor) -> bool:
+    def top_logprobs(self, logprobs: torch.Tensor) -> list[tuple[int, float]] | None:
+        """The row's requested top-k (id, logprob) pairs of one position, or None when none were asked."""
+        if self.req.params.top_logprobs <= 0:
+            return None
+        values, ids = torch.topk(logprobs, min(self.req.params.top_logprobs, logprobs.numel()))
+        return list(zip(ids.tolist(), values.tolist(), strict=True))
+
+    def step(self, token_id: int, logprob: float, top: list[tuple[int, float]] | None) -> bool:
         """Record a sampled token; emit its events; return True when the row is finished."""
-        top = None
-        if self.req.params.top_logprobs > 0:
-            values, ids = torch.topk(logprobs, min(self.req.params.top_logprobs, logprobs.numel()))
-            top = list(zip(ids.tolist(), values.tolist(), strict=True))
-        logprob = float(logprobs[token_id])
         self.n_generated += 1
         if token_id in self.stop_ids:
             self.req.emit(TokenEvent(token_id, logprob, top, ""))
@@ -156,12 +179,15 @@ class Engine:
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(config.model_dir)
         # The engine thread decodes with its own tokenizer object: fast tokenizers are not safe to share
         # between threads while one of them changes truncation/padding settings.
-        self._decoder = Tokenizer.from_file(str(Path(config.model_dir) / "tokenizer.json"))
+        tokenizer_json = (Path(config.model_dir) / "tokenizer.json").read_bytes()
+        self._decoder = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
+        self.tokenizer_sha256 = hashlib.sha256(tokenizer_json).hexdigest()  # a weight reload must keep it
         self.model = AutoModelForCausalLM.from_pretrained(config.model_dir, dtype=torch.float32).eval()
         self.max_model_len = config.max_model_len or self.model.config.max_position_embeddings
         self.eos_ids = self._eos_ids()
         self._pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self._pending: queue.Queue[EngineRequest | None] = queue.Queue()
+        self.loaded_dir = Path(config.model_dir)
+        self._pending: queue.Queue[EngineRequest | _Control | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="repro-engine", daemon=True)
         self._closed = False
         self._thread.start()
@@ -217,41 +243,74 @@ class Engine:
         finally:
             req.cancelled.set()
 
+    def between_batches(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Run ``fn`` on the engine thread after the running batch (never during one); its result comes in the
+        returned future (cancelled if the engine closes first)."""
+        if self._closed:
+            raise RuntimeError("engine is closed")
+        control = _Control(fn)
+        self._pending.put(control)
+        return control.future
+
+    def swap_model(self, model: PreTrainedModel, model_dir: Path) -> None:
+        """Serve ``model`` from the next batch on (call on the engine thread, e.g. via :meth:`between_batches`).
+
+        The generation config (eos ids, sampling defaults) stays the one the engine started with."""
+        model.generation_config = self.model.generation_config
+        self.model, self.loaded_dir = model.eval(), Path(model_dir)
+
     def close(self) -> None:
-        """Stop the engine thread (pending requests are dropped)."""
+        """Stop the engine thread (pending requests are dropped, pending control calls cancelled)."""
         self._closed = True
         self._pending.put(None)
         self._thread.join(timeout=10)
 
-    def _collect(self) -> list[EngineRequest] | None:
-        """Block for the next batch; None when the engine is closing."""
-        first = self._pending.get()
-        if first is None:
-            return None
-        batch = [first]
+    def _collect(self, first: EngineRequest) -> tuple[list[EngineRequest], _Control | None]:
+        """The batch that starts with ``first``, and a control call that arrived while collecting it."""
+        batch, control = [first], None
         deadline = time.monotonic() + self.config.batch_window_s
         while len(batch) < self.config.max_batch_size:
             try:
-                req = self._pending.get(timeout=max(0.0, deadline - time.monotonic()))
+                item = self._pending.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
-            if req is None:
+            if item is None:
                 self._pending.put(None)
                 break
-            batch.append(req)
-        return [r for r in batch if not r.cancelled.is_set()]
+            if isinstance(item, _Control):
+                control = item
+                break
+            batch.append(item)
+        return [r for r in batch if not r.cancelled.is_set()], control
 
     def _run(self) -> None:
-        while (batch := self._collect()) is not None:
-            if not batch:
+        while (item := self._pending.get()) is not None:
+            if isinstance(item, _Control):
+                item.run()
                 continue
-            try:
-                with torch.inference_mode():
-                    self._generate_batch(batch)
-            except Exception as exc:  # report to every caller, keep serving
-                log.exception("generation failed")
-                for req in batch:
-                    req.emit(ErrorEvent(f"generation failed: {type(exc).__name__}: {exc}"))
+            batch, control = self._collect(item)
+            if batch:
+                self._process(batch)
+            if control is not None:
+                control.run()
+        self._drain()
+
+    def _process(self, batch: list[EngineRequest]) -> None:
+        try:
+            with torch.inference_mode():
+                self._generate_batch(batch)
+        except Exception as exc:  # report to every caller, keep serving
+            log.exception("generation failed")
+            for req in batch:
+                req.emit(ErrorEvent(f"generation failed: {type(exc).__name__}: {exc}"))
+
+    def _drain(self) -> None:
+        """At close: cancel the control calls still queued."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                item = self._pending.get_nowait()
+                if isinstance(item, _Control):
+                    item.future.cancel()
 
     def _generate_batch(self, batch: list[EngineRequest]) -> None:
         rows = [_Row(req, self._decoder, self.eos_ids) for req in batch]
@@ -281,7 +340,7 @@ class Engine:
                     row.req.emit(FinishEvent("abort", None, ""))
                     continue
                 token_id = sample_row(logits[i], row.req.params, row.generator)
-                if not row.step(token_id, logprobs[i]):
+                if not row.step(token_id, float(logprobs[i, token_id]), row.top_logprobs(logprobs[i])):
                     keep.append(i)
                     next_ids.append(token_id)
             if not keep:

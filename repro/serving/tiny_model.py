@@ -65,6 +65,17 @@ class TinyModelConfig:
     intermediate_size: int = 384
     max_position_embeddings: int = 8192
     extra_added_tokens: list[str] = field(default_factory=list)
+    # The recipe tokenizer: the harness's fixed paragraphs, tools block, tool-call wrapper and submit suffix as
+    # single tokens. A job resolves it into extra_added_tokens (repro.jobs.stack.resolve_model_config).
+    recipe_tokens: bool = False
+
+
+def config_dict(config: TinyModelConfig) -> dict:
+    """The config as built (``recipe_tokens`` is resolved before a build, so it is left out: hashes of configs
+    from before it existed stay the same)."""
+    data = asdict(config)
+    data.pop("recipe_tokens")
+    return data
 
 
 def chat_template() -> str:
@@ -75,7 +86,7 @@ def chat_template() -> str:
 def inputs_sha256(config: TinyModelConfig, corpus: list[str]) -> str:
     """sha256 over the config, the corpus texts, the default corpus and the chat template."""
     digest = hashlib.sha256()
-    digest.update(json.dumps(asdict(config), sort_keys=True).encode())
+    digest.update(json.dumps(config_dict(config), sort_keys=True).encode())
     for text in (*DEFAULT_CORPUS, *corpus, chat_template()):
         digest.update(hashlib.sha256(text.encode("utf-8")).digest())
     return digest.hexdigest()
@@ -139,6 +150,9 @@ def build_model(config: TinyModelConfig, vocab_size: int, eos_id: int, pad_id: i
 
 def build_tiny_model(out_dir: Path, config: TinyModelConfig, corpus: list[str]) -> Path:
     """Build the tokenizer and model, save both to ``out_dir``, return ``out_dir``."""
+    if config.recipe_tokens:
+        raise ValueError("recipe_tokens is set but not resolved: build with "
+                         "repro.jobs.stack.resolve_model_config(config, harness_cfg), which fills extra_added_tokens")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = wrap_tokenizer(train_tokenizer(config, corpus), config.max_position_embeddings)
@@ -148,7 +162,7 @@ def build_tiny_model(out_dir: Path, config: TinyModelConfig, corpus: list[str]) 
     tokenizer.save_pretrained(out_dir)
     model.save_pretrained(out_dir, safe_serialization=True)
     manifest = {
-        "config": asdict(config),
+        "config": config_dict(config),
         "inputs_sha256": inputs_sha256(config, corpus),
         "n_corpus_texts": len(corpus),
         "vocab_size": len(tokenizer),

@@ -1,0 +1,111 @@
+"""RL with the proxy-based trainer: each step runs GRPO groups of rollouts in the real harness (mode ``train``),
+grades them, turns the recorded calls into rows (``repro.samples``), updates the policy (``repro.train``) and
+pushes the new weights to the running model server before the next step's rollouts.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
+from repro.jobs.stack import Stack
+from repro.samples import SampleConfig, build_rows
+from repro.sandbox.local import LocalSandbox
+from repro.store import open_store
+from repro.tasks.schema import Task
+from repro.train.rl import PolicyTrainer
+from repro.train.sync import push_weights
+
+
+@dataclass
+class RlPhaseConfig:
+    """The RL schedule: steps x tasks per step x samples per task (one GRPO group per task)."""
+
+    steps: int = 12
+    tasks_per_step: int = 16
+    samples_per_task: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 96
+    concurrency: int = 16
+    grading_threads: int = 2
+    seed: int = 0
+
+
+def step_tasks(tasks: list[Task], cfg: RlPhaseConfig, step: int) -> list[Task]:
+    """The tasks of one step: consecutive slices of a seeded shuffle (each task once before any repeats)."""
+    order = list(tasks)
+    random.Random(cfg.seed).shuffle(order)
+    start = (step * cfg.tasks_per_step) % max(1, len(order))
+    picked = (order + order)[start : start + cfg.tasks_per_step]
+    return picked[: len(order)]
+
+
+def rollout_options(cfg: RlPhaseConfig, step: int, identity: dict[str, Any]) -> RolloutOptions:
+    seeds = [cfg.seed * 1_000_003 + step * 1_009 + s for s in range(cfg.samples_per_task)]
+    return RolloutOptions(
+        mode="train", k=cfg.samples_per_task, seeds=seeds, concurrency=cfg.concurrency,
+        sampling={"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
+        grading_threads=cfg.grading_threads, write_preds=False, harness_name=identity.get("name", ""),
+        harness_version=identity.get("version", ""),
+    )
+
+
+def group_stats(reports: list[Any]) -> dict[str, Any]:
+    """Reward mean, and how many groups have mixed outcomes (the only ones GRPO learns from)."""
+    by_task: dict[str, list[float]] = {}
+    for r in reports:
+        if not r.infra_failure:
+            by_task.setdefault(r.instance_id, []).append(float(r.outcome == "resolved"))
+    rewards = [x for xs in by_task.values() for x in xs]
+    return {"rollouts": len(reports), "infra_failures": sum(r.infra_failure for r in reports),
+            "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0, "groups": len(by_task),
+            "mixed_groups": sum(1 for xs in by_task.values() if 0 < sum(xs) < len(xs))}
+
+
+class RlLoop:
+    """Holds the trainer, the live stack and the harness across steps."""
+
+    def __init__(self, run_dir: Path, cfg: RlPhaseConfig, trainer: PolicyTrainer, samples: SampleConfig,
+                 stack: Stack, agent: Any, box: LocalSandbox, policy_dir: Path) -> None:
+        self.run_dir, self.cfg, self.trainer, self.samples = Path(run_dir), cfg, trainer, samples
+        self.stack, self.agent, self.box, self.policy_dir = stack, agent, box, Path(policy_dir)
+        self.grade_cache = GradeCache()
+        self.store_path = self.run_dir / "traces.sqlite"
+
+    def run(self, tasks: list[Task], accountant: Any) -> list[dict[str, Any]]:
+        history = []
+        for step in range(self.cfg.steps):
+            history.append(self.step(step, step_tasks(tasks, self.cfg, step), accountant))
+            h = history[-1]
+            print(f"rl step {step}: reward {h['reward_mean']:.3f}, mixed groups {h['mixed_groups']}/{h['groups']}, "
+                  f"rows {h['update']['rows_trained']}/{h['update']['rows']}, "
+                  f"{h['rollout_s']:.0f}s rollouts + {h['update']['seconds']:.0f}s update", flush=True)
+        return history
+
+    def step(self, step: int, tasks: list[Task], accountant: Any) -> dict[str, Any]:
+        started = time.perf_counter()
+        with accountant.phase("rl_rollouts"):
+            opts = rollout_options(self.cfg, step, self.agent.identity())
+            runner = RolloutRunner(self.run_dir / "rl" / f"step_{step:03d}", self.store_path, opts, tasks, self.stack,
+                                   self.agent, self.box, f"policy-step{step}", self.grade_cache)
+            try:
+                reports = runner.run(f"rl step {step}")
+            finally:
+                runner.close()
+        rollout_s = time.perf_counter() - started
+        with accountant.phase("rl_training"):
+            store = open_store(self.store_path)
+            try:
+                samples = build_rows(store, [r.rollout_id for r in reports], self.samples)
+            finally:
+                store.close()
+            update = self.trainer.update(samples.rows)
+            self.trainer.save(self.policy_dir)
+            sync_s = push_weights(self.stack.server_url, self.policy_dir)
+        return {"step": step, **group_stats(reports), "samples": samples.stats(), "update": update,
+                "rollout_s": rollout_s, "sync_s": sync_s, "grade_cache_hits": self.grade_cache.hits}

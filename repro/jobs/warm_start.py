@@ -1,0 +1,119 @@
+"""Warm start: a scripted expert solves train tasks through the real harness and proxy; its recorded calls become
+SFT rows (the same sample builder as RL); trl's SFTTrainer fine-tunes the base model on them.
+
+The resulting checkpoint is cached under ``<cache>/warm_start/<key>``, keyed by a hash of everything that
+produced it (base model, demonstration tasks, harness identity, expert, sample mode, SFT settings); a run that
+reuses one says so in its metrics (``warm_start.cached``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro.files import atomic_write_text, cache_dir, locked
+from repro.jobs.rollouts import RolloutOptions, RolloutRunner
+from repro.jobs.stack import CpuServingConfig, running_stack
+from repro.proxy import ProxyConfig
+from repro.samples import SampleConfig, build_rows
+from repro.sandbox.local import LocalSandbox
+from repro.store import open_store
+from repro.tasks.schema import Task
+from repro.train.config import SftConfig
+from repro.train.sft import sft_train
+
+log = logging.getLogger(__name__)
+EXPERT_VERSION = "sed-oneliner-1"  # bump when the scripted expert's answers change
+STATS_FILE = "warm_start.json"
+
+
+@dataclass
+class WarmStartConfig:
+    """How many demonstrations the expert records, how they are run, and how SFT trains on them."""
+
+    n_demo_tasks: int = 6000
+    concurrency: int = 16
+    sample_mode: str = "prefix_merge"
+    sft: SftConfig = field(default_factory=SftConfig)
+    use_cache: bool = True
+
+
+def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[str, Any],
+                   cfg: WarmStartConfig) -> str:
+    """Hash of everything that determines the warm-start checkpoint."""
+    digest = hashlib.sha256()
+    digest.update((Path(base_model) / "repro_model.json").read_bytes())
+    for task in tasks:
+        digest.update(f"{task.instance_id}\0{task.base_commit}\0{task.patch}\0".encode())
+    payload = {"harness": harness_identity, "expert": EXPERT_VERSION, "mode": cfg.sample_mode, "sft": asdict(cfg.sft)}
+    digest.update(json.dumps(payload, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+def write_tasks_jsonl(tasks: list[Task], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, "".join(json.dumps(asdict(t), sort_keys=True) + "\n" for t in tasks))
+    return path
+
+
+def record_demonstrations(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStartConfig,
+                          serving: CpuServingConfig, proxy: ProxyConfig, agent: Any, box: LocalSandbox) -> list[str]:
+    """The expert's rollouts through the real harness (mode ``demo``, not graded); their rollout ids."""
+    demo_dir = run_dir / "demos"
+    expert_tasks = write_tasks_jsonl(tasks, demo_dir / "expert_tasks.jsonl")
+    identity = agent.identity()
+    opts = RolloutOptions(mode="demo", k=1, concurrency=cfg.concurrency, grade=False, write_preds=False,
+                          harness_name=identity.get("name", ""), harness_version=identity.get("version", ""))
+    with running_stack(base_model, serving, proxy, run_dir, expert_tasks=expert_tasks) as stack:
+        runner = RolloutRunner(demo_dir, run_dir / "traces.sqlite", opts, tasks, stack, agent, box, "expert")
+        try:
+            runner.run("expert demonstrations")
+        finally:
+            runner.close()
+    store = open_store(run_dir / "traces.sqlite")
+    try:
+        return [r.rollout_id for r in store.list_rollouts() if r.mode == "demo" and r.status == "finished"]
+    finally:
+        store.close()
+
+
+def demonstration_rows(store_path: Path, rollout_ids: list[str], sample_mode: str) -> list[Any]:
+    store = open_store(store_path)
+    try:
+        samples = build_rows(store, rollout_ids, SampleConfig(mode=sample_mode, weighting="rollout",
+                                                              scale_rewards="none"))
+    finally:
+        store.close()
+    # Demonstrations carry no reward, so the RL mask leaves them out of ``samples.rows``: SFT takes every row.
+    return [row for info in samples.rollouts.values() for row in info.rows]
+
+
+def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStartConfig, serving: CpuServingConfig,
+               proxy: ProxyConfig, agent: Any, box: LocalSandbox, accountant: Any) -> tuple[Path, dict[str, Any]]:
+    """The warm-start checkpoint (built, or reused from the cache) and what it took."""
+    key = warm_start_key(base_model, tasks, agent.identity(), cfg)
+    out = cache_dir() / "warm_start" / f"warm-{key}"
+    if cfg.use_cache and (out / STATS_FILE).exists():
+        stats = json.loads((out / STATS_FILE).read_text())
+        return out, {**stats, "cached": True, "path": str(out)}
+    with accountant.phase("warm_start_demos"):
+        rollout_ids = record_demonstrations(run_dir, base_model, tasks, cfg, serving, proxy, agent, box)
+        rows = demonstration_rows(run_dir / "traces.sqlite", rollout_ids, cfg.sample_mode)
+    with accountant.phase("warm_start_sft"):
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        sft = sft_train(base_model, rows, tmp, cfg.sft)
+    stats = {"key": key, "demo_tasks": len(tasks), "demo_rollouts": len(rollout_ids), "sft": sft,
+             "sampled_tokens": sum(sum(r.loss_mask) for r in rows), "tokens": sum(len(r.input_ids) for r in rows)}
+    atomic_write_text(tmp / STATS_FILE, json.dumps(stats, indent=2, sort_keys=True))
+    with locked(out.parent / f"{out.name}.lock"):
+        if not out.exists():
+            tmp.rename(out)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out, {**stats, "cached": False, "path": str(out)}

@@ -1,0 +1,231 @@
+"""The scripted expert: a model server whose completion is the gold one-line fix as one ``bash`` tool call.
+
+``sed -i 's|OLD|NEW|' FILE && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (``Ns|OLD|NEW|`` when OLD is not
+unique in the file), where OLD / NEW are the buggy / fixed line of the task's gold patch without their common
+indentation. It answers in vLLM's dialect through the same app as the model (prompt and completion token ids
+from the served tokenizer, logprobs 0.0), so the proxy records expert demonstrations like any rollout.
+
+A request's task is found by its problem statement, which the harness quotes verbatim: each task is indexed by
+the statement line (after the first) that the fewest tasks share; a hit is confirmed when the whole statement
+is in the decoded prompt. An unknown prompt, a task whose fix is not one changed line, and a prompt that
+already holds the expert's command get the plain submit command.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shlex
+import subprocess
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from repro.serving.engine import Engine, EngineConfig, EngineRequest, FinishEvent, _Row
+from repro.serving.vocab import SUBMIT_COMMAND, SUBMIT_SUFFIX
+from repro.tasks.schema import Task
+
+log = logging.getLogger(__name__)
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+_BRE_SPECIAL = re.compile(r"([\\.*\[\]^$|])")
+_REPLACEMENT_SPECIAL = re.compile(r"([\\&|])")
+
+
+@dataclass(frozen=True)
+class LineFix:
+    """A gold patch that replaces one line: ``old`` (line ``lineno`` of ``path``, 1-based) becomes ``new``."""
+
+    path: str
+    lineno: int
+    old: str
+    new: str
+
+
+def single_line_fix(patch: str) -> LineFix | None:
+    """The fix of a one-file unified diff with exactly one removed and one added line, else None."""
+    lines, path, removed, added, i = patch.splitlines(), None, [], [], 0
+    while i < len(lines):
+        line, i = lines[i], i + 1
+        if line.startswith("+++ "):
+            if path is not None:
+                return None
+            path = line[4:].removeprefix("b/")
+        elif match := _HUNK.match(line):
+            i = _read_hunk(lines, i, match, removed, added)
+    if path is None or len(removed) != 1 or len(added) != 1:
+        return None
+    return LineFix(path, removed[0][0], removed[0][1], added[0])
+
+
+def _read_hunk(lines: list[str], i: int, header: re.Match, removed: list[tuple[int, str]], added: list[str]) -> int:
+    """Collect one hunk's removed (line number, text) and added lines; return the index after the hunk."""
+    old_line, n_old, n_new = int(header[1]), int(header[2] or 1), int(header[3] or 1)
+    while (n_old > 0 or n_new > 0) and i < len(lines):
+        tag, text, i = lines[i][:1], lines[i][1:], i + 1
+        if tag == "-":
+            removed.append((old_line, text))
+            old_line, n_old = old_line + 1, n_old - 1
+        elif tag == "+":
+            added.append(text)
+            n_new -= 1
+        elif tag != "\\":
+            old_line, n_old, n_new = old_line + 1, n_old - 1, n_new - 1
+    return i
+
+
+def escape_bre(text: str) -> str:
+    """``text`` as a literal in a sed basic regular expression delimited by ``|``."""
+    return _BRE_SPECIAL.sub(r"\\\1", text)
+
+
+def escape_replacement(text: str) -> str:
+    """``text`` as a literal sed replacement delimited by ``|``."""
+    return _REPLACEMENT_SPECIAL.sub(r"\\\1", text)
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def sed_command(fix: LineFix, file_text: str | None) -> str:
+    """The expert's command; the line is addressed by number when ``old`` is not unique in ``file_text`` (or the
+    file is unknown)."""
+    old, new = fix.old, fix.new
+    indent = _indent(old)
+    if indent and new.startswith(indent):
+        old, new = old[len(indent) :], new[len(indent) :]
+    lines = file_text.splitlines() if file_text is not None else None
+    unique = lines is not None and sum(old in line for line in lines) == 1
+    address = "" if unique else str(fix.lineno)
+    script = f"{address}s|{escape_bre(old)}|{escape_replacement(new)}|"
+    return f"sed -i {shlex.quote(script)} {shlex.quote(fix.path)}{SUBMIT_SUFFIX}"
+
+
+def tool_call_text(command: str) -> str:
+    """The completion that calls ``bash`` with ``command`` (exactly as our chat template re-renders it)."""
+    return "<tool_call>\n" + json.dumps({"name": "bash", "arguments": {"command": command}}, ensure_ascii=False) \
+        + "\n</tool_call>"
+
+
+def read_blobs(repo: Path, specs: list[str]) -> dict[str, str | None]:
+    """``git cat-file --batch`` of ``<commit>:<path>`` specs: spec -> text (None when missing)."""
+    if not specs:
+        return {}
+    proc = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input="\n".join(specs).encode() + b"\n",
+                          capture_output=True, check=True)
+    out, pos, blobs = proc.stdout, 0, {}
+    for spec in specs:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        if len(header) != 3:
+            blobs[spec], pos = None, end + 1
+            continue
+        size = int(header[2])
+        blobs[spec], pos = out[end + 1 : end + 1 + size].decode("utf-8", "replace"), end + 2 + size
+    return blobs
+
+
+def buggy_files(pairs: Iterable[tuple[Task, str]]) -> dict[tuple[str, str], str | None]:
+    """(base_commit, path) -> text of ``path`` at the task's base commit (None when unreadable)."""
+    by_repo: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    texts: dict[tuple[str, str], str | None] = {}
+    for task, path in pairs:
+        texts[(task.base_commit, path)] = None
+        if task.repo_path:
+            by_repo[task.repo_path].add((task.base_commit, path))
+    for repo, keys in by_repo.items():
+        ordered = sorted(keys)
+        try:
+            blobs = read_blobs(Path(repo), [f"{commit}:{path}" for commit, path in ordered])
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        texts.update({(commit, path): blobs.get(f"{commit}:{path}") for commit, path in ordered})
+    return texts
+
+
+def _command(fix: LineFix | None, file_text: str | None) -> str:
+    """The scripted command for one task: the plain submit when there is no one-line fix, or when the file at
+    the base commit does not hold the patch's line (an inconsistent task)."""
+    if fix is None:
+        return SUBMIT_COMMAND
+    lines = file_text.splitlines() if file_text is not None else None
+    if lines is not None and (len(lines) < fix.lineno or lines[fix.lineno - 1] != fix.old):
+        return SUBMIT_COMMAND
+    return sed_command(fix, file_text)
+
+
+class ExpertScript:
+    """Statement -> command table of a task set, looked up in decoded prompts."""
+
+    def __init__(self, tasks: list[Task]) -> None:
+        fixes = [single_line_fix(t.patch) for t in tasks]
+        files = buggy_files((t, fix.path) for t, fix in zip(tasks, fixes, strict=True) if fix)
+        self.statements = [t.problem_statement for t in tasks]
+        self.commands = [_command(fix, files.get((t.base_commit, fix.path)) if fix else None)
+                         for t, fix in zip(tasks, fixes, strict=True)]
+        self.n_scripted = sum(c != SUBMIT_COMMAND for c in self.commands)
+        inconsistent = sum(fix is not None and c == SUBMIT_COMMAND for fix, c in zip(fixes, self.commands, strict=True))
+        if inconsistent:
+            log.warning("expert: %d task(s) whose base commit does not hold their gold patch's line get the plain "
+                        "submit", inconsistent)
+        self._index: dict[str, list[int]] = defaultdict(list)
+        self._unindexed: list[int] = []
+        lines = [[s.strip() for s in text.splitlines()[1:] if s.strip()] for text in self.statements]
+        counts = Counter(line for task_lines in lines for line in set(task_lines))
+        for i, task_lines in enumerate(lines):
+            if task_lines:
+                self._index[min(task_lines, key=lambda s: (counts[s], -len(s)))].append(i)
+            else:
+                self._unindexed.append(i)
+
+    @classmethod
+    def from_jsonl(cls, path: Path) -> ExpertScript:
+        """The script of a JSONL file of :class:`Task` rows."""
+        with open(path, encoding="utf-8") as f:
+            return cls([Task.from_row(json.loads(line)) for line in f if line.strip()])
+
+    def find(self, prompt: str) -> int | None:
+        """Index of the task whose statement the prompt quotes, or None."""
+        candidates = [i for line in prompt.splitlines() for i in self._index.get(line.strip(), ())]
+        for i in [*candidates, *self._unindexed]:
+            if self.statements[i] in prompt:
+                return i
+        return None
+
+    def command(self, prompt: str) -> str:
+        """The command to answer ``prompt`` with (the plain submit once the fix was already issued)."""
+        i = self.find(prompt)
+        if i is None:
+            return SUBMIT_COMMAND
+        command = self.commands[i]
+        return SUBMIT_COMMAND if json.dumps(command, ensure_ascii=False)[1:-1] in prompt else command
+
+
+class ExpertEngine(Engine):
+    """An :class:`Engine` whose rows are scripted by an :class:`ExpertScript` (the model is loaded, unused)."""
+
+    def __init__(self, config: EngineConfig, tasks_path: Path) -> None:
+        self.script = ExpertScript.from_jsonl(Path(tasks_path))
+        log.info("expert: %d tasks, %d with a one-line fix", len(self.script.commands), self.script.n_scripted)
+        super().__init__(config)
+        self._eos_id = self.tokenizer.eos_token_id
+
+    def completion_ids(self, prompt_ids: list[int]) -> list[int]:
+        """The scripted completion's token ids for a prompt, ending with eos."""
+        prompt = self._decoder.decode(prompt_ids, skip_special_tokens=False)
+        text = tool_call_text(self.script.command(prompt))
+        return [*self._decoder.encode(text, add_special_tokens=False).ids, self._eos_id]
+
+    def _generate_batch(self, batch: list[EngineRequest]) -> None:
+        for req in batch:
+            row = _Row(req, self._decoder, self.eos_ids)
+            for token_id in self.completion_ids(req.prompt_ids):
+                if req.cancelled.is_set():
+                    req.emit(FinishEvent("abort", None, ""))
+                    break
+                top = [(token_id, 0.0)] if req.params.top_logprobs > 0 else None
+                if row.step(token_id, 0.0, top):
+                    break

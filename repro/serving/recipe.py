@@ -1,0 +1,56 @@
+"""The recipe model: the tiny Qwen3 with the recipe tokenizer, built for a harness and a set of train tasks.
+
+Recipe tokenizer = a BPE (``TinyModelConfig.vocab_size``, 4096 in ``experiments/model/tiny_recipe.yaml``) trained
+on the train tasks' statements and code (:func:`recipe_corpus`), plus single added tokens for every fixed text
+of a rollout (:func:`repro.serving.vocab.recipe_added_tokens`: the harness's template paragraphs, the tools
+block, the tool-call wrapper, the submit suffix). ``TinyModelConfig.recipe_tokens`` asks for the latter;
+:func:`resolve_model_config` turns it into ``extra_added_tokens`` for the harness in use.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from repro.serving.tiny_model import TinyModelConfig
+from repro.serving.vocab import recipe_added_tokens
+
+_PATCHED = re.compile(r"^\+\+\+ b/(.+)$", re.MULTILINE)
+_CHAT_ROLES = "system\nuser\nassistant\ntool\n"  # the role names after <|im_start|> (else spelled by letters)
+
+
+def resolve_model_config(config: TinyModelConfig, harness: Any, platform_line: bool = False) -> TinyModelConfig:
+    """``config`` with its recipe tokens for the mini-SWE-agent config ``harness`` added to ``extra_added_tokens``
+    (``recipe_tokens`` then off); unchanged when ``config.recipe_tokens`` is off. ``platform_line``: see
+    :func:`harness_adapters.mini_swe_agent.fixed_prompt_texts` (off: the tokenizer is the same on every machine)."""
+    if not config.recipe_tokens:
+        return config
+    from harness_adapters.mini_swe_agent import MiniSweAgentConfig, fixed_prompt_texts, harness_tools
+
+    if not isinstance(harness, MiniSweAgentConfig):
+        raise ValueError(f"recipe tokens are defined for mini-SWE-agent only, got {type(harness).__name__}")
+    texts = fixed_prompt_texts(harness, platform_line=platform_line)
+    tokens = recipe_added_tokens(texts, harness_tools(harness))
+    return replace(config, recipe_tokens=False, extra_added_tokens=sorted({*config.extra_added_tokens, *tokens}))
+
+
+def recipe_corpus(tasks: list[Any]) -> list[str]:
+    """The recipe's BPE corpus: the chat role names, each task's statement and the files its gold patch changes
+    at the task's base commit (``tasks`` are :class:`repro.tasks.schema.Task`: pass the train split's)."""
+    from repro.serving.expert import buggy_files
+
+    files = buggy_files((t, path) for t in tasks for path in _PATCHED.findall(t.patch))
+    texts = [_CHAT_ROLES, *(t.problem_statement for t in tasks), *(text for text in files.values() if text)]
+    return list(dict.fromkeys(texts))
+
+
+def build_recipe_model(model: TinyModelConfig, harness: Any, tasks: list[Any], platform_line: bool = False) -> Path:
+    """The (cached) checkpoint of ``model`` with the BPE trained on :func:`recipe_corpus` of ``tasks`` and, when
+    ``model.recipe_tokens``, the recipe tokens of ``harness`` (a harness with a ``cfg``, or its config)."""
+    from repro.jobs.stack import tiny_model
+
+    config = resolve_model_config(model, getattr(harness, "cfg", harness), platform_line)
+    path, _ = tiny_model(config, recipe_corpus(tasks))
+    return path

@@ -1,0 +1,104 @@
+"""The scripted expert end to end: expert server + recording proxy + the real mini-SWE-agent 2.4.6 on procedural
+tasks, with the recipe tokenizer. Every rollout is one call that resolves its task; the recorded prompt ids are
+the chat template's, and each fixed paragraph of the harness's first prompt is one token of it."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import yaml
+from transformers import AutoTokenizer
+
+from harness_adapters.mini_swe_agent import (
+    MiniSweAgentConfig,
+    ensure_mini_swe_agent_env,
+    fixed_prompt_texts,
+    harness_tools,
+)
+from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
+from repro.jobs.stack import CpuServingConfig, running_stack
+from repro.protocols import HarnessRollout
+from repro.proxy import ProxyConfig
+from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.serving.recipe import build_recipe_model
+from repro.serving.tiny_model import TinyModelConfig
+from repro.serving.vocab import SUBMIT_SUFFIX, fixed_template_texts, tool_call_pieces
+from repro.store import open_store
+from repro.tasks.distributions import TaskDistributionConfig, build_distribution
+
+TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["procedural"], operators=["recipe"],
+                               difficulty="one_step")
+HARNESS = MiniSweAgentConfig(step_limit=3)
+
+
+@pytest.fixture(scope="module")
+def expert_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("expert-run")
+    tasks = build_distribution(TASKS)
+    tasks_jsonl = root / "tasks.jsonl"
+    tasks_jsonl.write_text("".join(json.dumps(t.to_row()) + "\n" for t in tasks))
+    model_dir = build_recipe_model(TinyModelConfig(vocab_size=1024, recipe_tokens=True), HARNESS, tasks)
+    sandbox = LocalSandbox(LocalSandboxConfig())
+    try:
+        with running_stack(model_dir, CpuServingConfig(), ProxyConfig(), root, expert_tasks=tasks_jsonl) as stack, \
+                MiniSweAgentHarness(HARNESS, workers=1) as harness:
+            rollouts, workspaces = [], []
+            for i, task in enumerate(tasks):
+                rollout_id = f"expert-{i}"
+                resp = httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout_id,
+                                                                       "task_id": task.instance_id, "mode": "eval"})
+                assert resp.status_code == 201, resp.text
+                workspace = sandbox.workspace(task, rollout_id)
+                workspaces.append(workspace)
+                rollouts.append(HarnessRollout(rollout_id, task, workspace.path,
+                                               f"{stack.proxy_url}/rollouts/{rollout_id}/v1",
+                                               stack.served_model_name, root / "harness" / rollout_id, 120.0))
+            results = harness.run(rollouts, concurrency=3)
+            grades = [sandbox.grade(task, workspace) for task, workspace in zip(tasks, workspaces, strict=True)]
+    finally:
+        sandbox.close()
+    return {"tasks": tasks, "results": results, "grades": grades, "store": root / "traces.sqlite",
+            "model_dir": model_dir}
+
+
+def test_every_rollout_submits_one_call_and_resolves(expert_run: dict) -> None:
+    for task, result, grade in zip(expert_run["tasks"], expert_run["results"], expert_run["grades"], strict=True):
+        assert result.status == "finished" and result.exit_status == "Submitted", result
+        assert result.n_model_calls == 1
+        assert grade.outcome == "resolved", (task.instance_id, grade.reason)
+
+
+def test_recorded_ids_are_the_chat_templates_and_recipe_tokens(expert_run: dict) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(expert_run["model_dir"])
+    store = open_store(expert_run["store"])
+    first_prompt_texts = _first_prompt_texts()
+    assert set(first_prompt_texts) < set(fixed_prompt_texts(HARNESS))
+    wrapper = {tokenizer.convert_tokens_to_ids(p) for p in (*tool_call_pieces(), SUBMIT_SUFFIX)}
+    for i in range(len(expert_run["tasks"])):
+        (call,) = store.calls(f"expert-{i}")
+        assert call.prompt_ids and call.completion_ids and call.status == "ok"
+        request = call.request
+        assert call.prompt_ids == tokenizer.apply_chat_template(
+            request["messages"], tools=request["tools"], add_generation_prompt=True, tokenize=True, return_dict=False)
+        assert request["tools"] == harness_tools(HARNESS)
+        text = "\n".join(m["content"] for m in request["messages"])
+        assert all(p in text for p in first_prompt_texts)
+        assert {tokenizer.convert_tokens_to_ids(p) for p in first_prompt_texts} <= set(call.prompt_ids)
+        assert wrapper <= set(call.completion_ids)
+        assert len(call.prompt_ids) < 400 and len(call.completion_ids) < 64
+
+
+def _first_prompt_texts() -> list[str]:
+    """The paragraphs of mini.yaml's system and instance templates, but the macOS-only one."""
+    config = yaml.safe_load((ensure_mini_swe_agent_env().site_packages / "minisweagent/config/mini.yaml").read_text())
+    texts = fixed_template_texts([config["agent"]["system_template"], config["agent"]["instance_template"]])
+    return [t for t in texts if "MacOS" not in t]
+
+
+def test_platform_line_option_is_the_recorded_system_information(expert_run: dict) -> None:
+    extra = set(fixed_prompt_texts(HARNESS, platform_line=True)) - set(fixed_prompt_texts(HARNESS))
+    (block,) = [p for p in extra if p.startswith("<system_information>\n")]
+    (call,) = open_store(expert_run["store"]).calls("expert-0")
+    assert block in call.request["messages"][1]["content"]
