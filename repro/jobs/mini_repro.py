@@ -64,15 +64,16 @@ def _stage_policy(warm_dir: Path, run_dir: Path) -> Path:
 def mini_repro_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: Any,
                    harness_name: str, train_tasks: TaskDistributionConfig, tasks: TaskDistributionConfig,
                    sandbox: LocalSandboxConfig, eval: EvalConfig, warm_start: WarmStartConfig, rl: RlPhaseConfig,
-                   trainer: RlConfig, samples: SampleConfig, run_dir: Path) -> dict[str, Any]:
-    """Run the whole miniature; returns (and writes) its metrics."""
+                   trainer: RlConfig, samples: SampleConfig, run_dir: Path, harness_workers: int = 2) -> dict[str, Any]:
+    """Run the whole miniature; returns (and writes) its metrics. ``harness_workers``: long-lived harness
+    processes sharing the rollouts (rollout throughput is bound by one process's GIL otherwise)."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
     run_dir, started, acct = Path(run_dir), time.time(), Accountant()
     with acct.phase("setup"):
         train_name, train_list = load_task_set(train_tasks)
         test_name, test_list = load_task_set(tasks)
         demo_tasks, rl_tasks = _split_train(train_list, warm_start.n_demo_tasks)
-    with get_harness(harness_name, harness, workers=1) as agent:
+    with get_harness(harness_name, harness, workers=harness_workers) as agent:
         with acct.phase("setup"):
             base_model = build_recipe_model(model, agent, train_list)
         box = LocalSandbox(sandbox)

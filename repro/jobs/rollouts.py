@@ -96,6 +96,10 @@ class RolloutRunner:
         self.harness, self.sandbox, self.model_name = harness, sandbox, model_name
         self.grade_cache = grade_cache
         self.store = open_store(self.store_path)
+        self.http = httpx.Client(timeout=30.0)  # one keep-alive connection to the proxy for every registration
+        self._local = threading.local()  # one store connection per grading thread
+        self._opened: list[Any] = []
+        self.pool = ThreadPoolExecutor(max(1, opts.grading_threads), thread_name_prefix="grading")
 
     def run(self, label: str = "samples") -> list[InstanceReport]:
         """Run every pending sample; return the reports written now."""
@@ -109,7 +113,18 @@ class RolloutRunner:
         return reports
 
     def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.http.close()
+        for store in self._opened:
+            store.close()
         self.store.close()
+
+    def _thread_store(self) -> Any:
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = open_store(self.store_path)
+            self._opened.append(store)
+        return store
 
     def _sampling(self, sample: int) -> dict[str, Any]:
         sampling = dict(self.opts.sampling)
@@ -120,7 +135,7 @@ class RolloutRunner:
 
     def _register(self, instance_id: str, sample: int) -> str:
         rollout_id = next_rollout_id(self.store, self.run_dir.name, instance_id, sample)
-        httpx.post(f"{self.stack.proxy_url}/rollouts", json={
+        self.http.post(f"{self.stack.proxy_url}/rollouts", json={
             "rollout_id": rollout_id, "run_id": self.run_dir.name, "task_id": instance_id, "group_id": instance_id,
             "harness": self.opts.harness_name, "harness_version": self.opts.harness_version, "mode": self.opts.mode,
             "metadata": {"sample": sample, "sampling": self._sampling(sample), "fingerprint": self.opts.fingerprint},
@@ -144,8 +159,7 @@ class RolloutRunner:
             prepared.append((task, sample, workspace, rollout))
         results = self.harness.run([p[3] for p in prepared], self.opts.concurrency) if prepared else []
         jobs = [(*p, result) for p, result in zip(prepared, results, strict=True)]
-        with ThreadPoolExecutor(max(1, self.opts.grading_threads)) as pool:
-            reports = list(pool.map(lambda job: self._finish(*job, started), jobs))
+        reports = list(self.pool.map(lambda job: self._finish(*job, started), jobs))
         reports += [self._infra_failure(*f, started) for f in failed]
         return reports
 
@@ -177,14 +191,13 @@ class RolloutRunner:
 
     def _record(self, task: Task, sample: int, rollout_id: str, result: HarnessResult, grade: GradeResult,
                 patch: str, started: float) -> InstanceReport:
-        store = open_store(self.store_path)  # one connection per grading thread
+        store = self._thread_store()
         report = InstanceReport.build(task, sample, rollout_id, result, grade, patch,
                                       usage_from_store(store, rollout_id), started)
         infra = report.infra_failure
         reward = None if infra or not self.opts.grade else float(grade.outcome == "resolved")
         store.finish_rollout(rollout_id, "failed" if infra else "finished", reward=reward,
                              failure_reason=(grade.reason or result.reason) if infra else None)
-        store.close()
         write_report(self.run_dir, report, patch)
         if sample == 0 and self.opts.write_preds:
             update_preds(self.run_dir, task.instance_id, self.model_name, patch, sample)

@@ -54,10 +54,11 @@ class Draft:
     @property
     def instance_id(self) -> str:
         tag = "1s" if self.difficulty == "one_step" else "ms"
-        func = self.mutation.function
-        if self.family == PROCEDURAL:
+        func, key = self.mutation.function, self.mutation.key
+        if self.family == PROCEDURAL:  # module and function names repeat across modules: the seed tells them apart
             func = f"{self.mutation.path.removesuffix('.py')}.{func}"
-        return f"repro-bundled__{self.repo_name}-{func}-{self.mutation.operator}-{tag}-{self.mutation.key[:8]}"
+            key = hashlib.sha256(f"{key}:{self.extra['module_seed']}".encode()).hexdigest()
+        return f"repro-bundled__{self.repo_name}-{func}-{self.mutation.operator}-{tag}-{key[:8]}"
 
 
 def stable_hash(*parts: object) -> int:
