@@ -23,7 +23,7 @@ def add_distribution_args(parser: argparse.ArgumentParser) -> None:
                         help="procedural | packages | package:<name> (repeatable; default procedural)")
     parser.add_argument("--operator", action="append", default=[],
                         help="mutation operator or group (repeatable; default all)")
-    parser.add_argument("--difficulty", default="one_step", help="one_step | multi_step | mixed")
+    parser.add_argument("--difficulty", default="one_step", help="one_step | one_step_brief | multi_step | mixed")
     parser.add_argument("--tasks-per-module", type=int, default=ProceduralConfig.tasks_per_module)
 
 

@@ -25,7 +25,7 @@ from repro.tasks.procedural import (
     symptom,
     verdict,
 )
-from repro.tasks.statements import DIFFICULTIES, make_statement
+from repro.tasks.statements import DIFFICULTIES, MIXED_CHOICES, make_statement
 
 PROCEDURAL = "procedural"
 MAX_BARREN_MODULES = 200  # procedural modules in a row without a usable mutant before giving up
@@ -53,7 +53,7 @@ class Draft:
 
     @property
     def instance_id(self) -> str:
-        tag = "1s" if self.difficulty == "one_step" else "ms"
+        tag = {"one_step": "1s", "one_step_brief": "1b"}.get(self.difficulty, "ms")
         func, key = self.mutation.function, self.mutation.key
         if self.family == PROCEDURAL:  # module and function names repeat across modules: the seed tells them apart
             func = f"{self.mutation.path.removesuffix('.py')}.{func}"
@@ -98,7 +98,7 @@ def stratified(mutations: list[Mutation], rng: random.Random) -> list[Mutation]:
 
 def pick_difficulty(difficulty: str, seed: int, mutation: Mutation) -> str:
     if difficulty == "mixed":
-        return DIFFICULTIES[stable_hash("difficulty", seed, mutation.key) % 2]
+        return MIXED_CHOICES[stable_hash("difficulty", seed, mutation.key) % len(MIXED_CHOICES)]
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"unknown difficulty {difficulty!r}; choose from {[*DIFFICULTIES, 'mixed']}")
     return difficulty

@@ -135,7 +135,8 @@ class _Ctx:
         return self.make(operator, lo + match.start(), lo + match.end(), new, new, old)
 
 
-def _token_pattern(symbol: str) -> str:
+def token_pattern(symbol: str) -> str:
+    """A regex for the operator ``symbol`` that does not match inside a longer operator."""
     if symbol[0].isalpha():
         return r"\b" + r"\s+".join(symbol.split()) + r"\b"
     return r"(?<![*/<>=!])" + re.escape(symbol) + r"(?![*/=])"
@@ -168,15 +169,15 @@ def _operator_swaps(ctx: _Ctx, func: ast.FunctionDef) -> Iterator[Mutation | Non
     for node in ctx.nodes:
         if isinstance(node, ast.BinOp) and type(node.op) in BIN_SWAP:
             old, new = BIN_SWAP[type(node.op)]
-            yield ctx.token("operator_swap", *ctx.src.between(node.left, node.right), _token_pattern(old), old, new)
+            yield ctx.token("operator_swap", *ctx.src.between(node.left, node.right), token_pattern(old), old, new)
         elif isinstance(node, ast.AugAssign) and type(node.op) in BIN_SWAP:
             old, new = BIN_SWAP[type(node.op)]
             lo, hi = ctx.src.between(node.target, node.value)
-            yield ctx.token("operator_swap", lo, hi, _token_pattern(old + "="), old + "=", new + "=")
+            yield ctx.token("operator_swap", lo, hi, token_pattern(old + "="), old + "=", new + "=")
         elif isinstance(node, ast.BoolOp):
             old, new = BOOL_SWAP[type(node.op)]
             lo, hi = ctx.src.between(node.values[0], node.values[1])
-            yield ctx.token("operator_swap", lo, hi, _token_pattern(old), old, new)
+            yield ctx.token("operator_swap", lo, hi, token_pattern(old), old, new)
 
 
 def _comparison_flips(ctx: _Ctx, func: ast.FunctionDef) -> Iterator[Mutation | None]:
@@ -187,7 +188,7 @@ def _comparison_flips(ctx: _Ctx, func: ast.FunctionDef) -> Iterator[Mutation | N
         for i, op in enumerate(node.ops):
             old, new = CMP_FLIP[type(op)]
             lo, hi = ctx.src.between(operands[i], operands[i + 1])
-            yield ctx.token("comparison_flip", lo, hi, _token_pattern(old), old, new)
+            yield ctx.token("comparison_flip", lo, hi, token_pattern(old), old, new)
 
 
 def _is_len_call(node: ast.AST) -> bool:

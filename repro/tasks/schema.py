@@ -37,7 +37,7 @@ class Task:
     repo_path: str | None = None  # a local git repository (overrides repos_dir resolution)
     family: str = ""  # bundled distributions: "package:<name>" or "procedural"
     operator: str = ""  # mutation operator that made the bug
-    difficulty: str = ""  # "one_step" (statement pins the fault) or "multi_step" (inspect the code first)
+    difficulty: str = ""  # "one_step" / "one_step_brief" (statement pins the fault) or "multi_step" (inspect first)
     extra: dict[str, Any] = field(default_factory=dict)  # unknown columns of the source row, kept
 
     @classmethod

@@ -3,18 +3,23 @@
 ``multi_step``: only the symptom (a reproduction and what it returned); the code must be inspected first.
 ``one_step``: the symptom plus the location; with ``quote_line`` (the procedural family, as in the CPU
 miniature's working recipe) the faulty line is quoted and the fix named ("the `-` should be `+`").
+``one_step_brief``: the failing test and its symptom in one sentence, then the location (no reproduction
+block): about half the tokens of ``one_step``, which is what a 2-core SFT budget can afford.
 """
 
 from __future__ import annotations
 
+import re
 import textwrap
 
-from repro.tasks.mutate import Mutation
+from repro.tasks.mutate import Mutation, token_pattern
 from repro.tasks.probe import Symptom
 
 ONE_STEP = "one_step"
 MULTI_STEP = "multi_step"
-DIFFICULTIES = (ONE_STEP, MULTI_STEP)
+ONE_STEP_BRIEF = "one_step_brief"
+DIFFICULTIES = (ONE_STEP, MULTI_STEP, ONE_STEP_BRIEF)
+MIXED_CHOICES = (ONE_STEP, MULTI_STEP)  # what difficulty "mixed" draws from
 
 
 def multi_step_statement(symptom: Symptom) -> str:
@@ -23,10 +28,26 @@ def multi_step_statement(symptom: Symptom) -> str:
             f"The test `{symptom.test_id}` fails because of this.\n")
 
 
+ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+
+
+def occurrence(mutation: Mutation, clean_source: str) -> tuple[int, int]:
+    """(index, count) of the faulty token among the same tokens of its line; index -1 when not found."""
+    line_start = clean_source.rfind("\n", 0, mutation.start) + 1
+    column = mutation.start - line_start
+    symbol = mutation.wrong
+    pattern = (r"(?<![\w.])" + re.escape(symbol) + r"(?![\w.])") if symbol[:1].isalnum() else token_pattern(symbol)
+    starts = [m.start() for m in re.finditer(pattern, mutation.buggy_line(clean_source))]
+    return (starts.index(column) if column in starts else -1), len(starts)
+
+
 def fix_hint(mutation: Mutation, clean_source: str) -> str:
-    """The fix in words: "The `-` should be `+`." (or, for a dropped statement, the missing line)."""
+    """The fix in words: "The `-` should be `+`." ("The second `-` ..." when the line has several), or, for a
+    dropped statement, the missing line."""
     if mutation.operator != "dropped_statement":
-        return f"The `{mutation.wrong}` should be `{mutation.right}`."
+        index, count = occurrence(mutation, clean_source)
+        which = f"{ORDINALS[index]} " if count > 1 and 0 <= index < len(ORDINALS) else ""
+        return f"The {which}`{mutation.wrong}` should be `{mutation.right}`."
     previous = clean_source.splitlines()[mutation.lineno - 2].strip()
     missing = textwrap.dedent(mutation.original).strip("\n")
     if "\n" not in missing:
@@ -60,6 +81,9 @@ def make_statement(difficulty: str, symptom: Symptom, mutation: Mutation, clean_
     """The statement for ``difficulty``; None when a multi-step statement would quote the faulty code."""
     if difficulty == ONE_STEP:
         return one_step_statement(symptom, mutation, clean_source, quote_line)
+    if difficulty == ONE_STEP_BRIEF:
+        return f"The test `{symptom.test_id}` fails: {symptom.sentence()}\n\n" \
+               f"{location(mutation, clean_source, quote_line)}\n"
     if difficulty != MULTI_STEP:
         raise ValueError(f"unknown difficulty {difficulty!r}; choose from {DIFFICULTIES}")
     text = multi_step_statement(symptom)

@@ -105,6 +105,9 @@ def test_probe_leaves_the_process_modules_alone(tmp_path: Path):
     assert "demo" not in sys.modules and "demo.core" not in sys.modules and str(root) not in sys.path
 
 
+SYMPTOM = Symptom("tests/test_f.py::test_f", "f(1, 2)", "returns `-2`", "`4`")
+
+
 def test_one_step_pins_location_and_multi_step_only_the_symptom():
     mutation = next(m for m in find_mutations(CODE, "demo/core.py") if (m.original, m.replacement) == ("/", "*"))
     symptom = Symptom("tests/test_demo.py::test_half", "half(10)", "returns `20`", "`5`",
@@ -126,3 +129,25 @@ def test_multi_step_statement_that_would_quote_the_fault_is_refused():
     assert make_statement("multi_step", symptom, mutation, CODE, quote_line=True) is not None
     leaky = Symptom("t::t", "return x / 2", "returns `1`", "`2`")
     assert make_statement("multi_step", symptom=leaky, mutation=mutation, clean_source=CODE, quote_line=True) is None
+
+
+def test_brief_one_step_statement_keeps_test_symptom_and_fix_but_drops_the_reproduction():
+    mutation = next(m for m in find_mutations(CODE, "demo/core.py") if (m.original, m.replacement) == ("/", "*"))
+    symptom = Symptom("tests/test_demo.py::test_half", "half(10)", "returns `20`", "`5`",
+                      imports=("from demo.core import half",))
+    brief = make_statement("one_step_brief", symptom, mutation, CODE, quote_line=True)
+    full = make_statement("one_step", symptom, mutation, CODE, quote_line=True)
+    assert brief.startswith("The test `tests/test_demo.py::test_half` fails: `half(10)` returns `20`, expected `5`.")
+    assert "on the line `return x * 2`. The `*` should be `/`." in brief
+    assert "```" not in brief and "```python" in full and len(brief) < len(full)
+
+
+def test_fix_hint_names_which_of_several_equal_operators_is_wrong():
+    source = "def f(a, b):\n    return a - b + 1\n"  # mutants: `a - b - 1` and `a + b + 1`
+    second = next(m for m in find_mutations(source, "f.py") if m.operator == "operator_swap" and m.start > 28)
+    first = next(m for m in find_mutations(source, "f.py") if m.operator == "operator_swap" and m.start < 28)
+    assert "The second `-` should be `+`." in make_statement("one_step", SYMPTOM, second, source, quote_line=True)
+    assert "The first `+` should be `-`." in make_statement("one_step", SYMPTOM, first, source, quote_line=True)
+    single = "def g(a):\n    return a + 1\n"
+    only = next(m for m in find_mutations(single, "g.py") if m.operator == "operator_swap")
+    assert "The `-` should be `+`." in make_statement("one_step", SYMPTOM, only, single, quote_line=True)
