@@ -29,7 +29,7 @@ from repro.train.config import SftConfig
 from repro.train.sft import sft_train
 
 log = logging.getLogger(__name__)
-EXPERT_VERSION = "sed-oneliner-1"  # bump when the scripted expert's answers change
+EXPERT_VERSION = "sed-oneliner-2"  # bump when the scripted expert's answers change
 STATS_FILE = "warm_start.json"
 
 

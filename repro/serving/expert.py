@@ -101,7 +101,13 @@ def sed_command(fix: LineFix, file_text: str | None) -> str:
     unique = lines is not None and sum(old in line for line in lines) == 1
     address = "" if unique else str(fix.lineno)
     script = f"{address}s|{escape_bre(old)}|{escape_replacement(new)}|"
-    return f"sed -i {shlex.quote(script)} {shlex.quote(fix.path)}{SUBMIT_SUFFIX}"
+    return f"sed -i {shlex.quote(script)} {shlex.quote(command_path(fix.path))}{SUBMIT_SUFFIX}"
+
+
+def command_path(path: str) -> str:
+    """``./name.py`` for a relative path: after ``/`` the name tokenizes as it does in the statement (after a
+    backtick, with no leading space); ``name.py`` after a space would be other tokens the model must map to."""
+    return path if path.startswith(("/", "./", "../")) else f"./{path}"
 
 
 def tool_call_text(command: str) -> str:

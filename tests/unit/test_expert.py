@@ -105,7 +105,7 @@ def test_line_that_is_not_unique_is_addressed_by_number(tmp_path: Path) -> None:
     lines = ["x = 1 + 2", "    x = 1 + 2", "y = x", "  x = 1 + 2 + 3", ""]
     (tmp_path / "m.py").write_text("\n".join(lines))
     command = sed_command(LineFix("m.py", 2, "    x = 1 + 2", "    x = 1 - 2"), "\n".join(lines))
-    assert command.startswith("sed -i '2s|x = 1 + 2|x = 1 - 2|' m.py")
+    assert command.startswith("sed -i '2s|x = 1 + 2|x = 1 - 2|' ./m.py")
     assert run_bash(command, tmp_path).stdout == SUBMIT_LINE + "\n"
     assert (tmp_path / "m.py").read_text().splitlines() == ["x = 1 + 2", "    x = 1 - 2", "y = x", "  x = 1 + 2 + 3"]
     unknown_file = sed_command(LineFix("m.py", 4, "  x = 1 + 2 + 3", "  x = 1 + 2 - 3"), None)
