@@ -36,11 +36,18 @@ def _warm_cell(run: dict[str, Any]) -> str:
     return f"{warm.get('key', '?')[:8]} ({how})"
 
 
+def _rl_cell(run: dict[str, Any]) -> str:
+    """steps x tasks x samples, learning rate."""
+    rl, trainer = run["rl"]["config"], run.get("trainer", {})
+    return (f"{rl.get('steps')}x{rl.get('tasks_per_step')}x{rl.get('samples_per_task')}, "
+            f"lr {trainer.get('learning_rate', '?'):g}")
+
+
 def row(run: dict[str, Any]) -> dict[str, Any]:
     paired, total = run["paired"], run.get("compute", {}).get("total", {})
     return {
         "run": Path(run.get("run_dir", "")).name, "weighting": run["samples"]["weighting"],
-        "samples": run["samples"]["mode"], "seed": run["rl"]["config"].get("seed", ""),
+        "samples": run["samples"]["mode"], "seed": run["rl"]["config"].get("seed", ""), "RL": _rl_cell(run),
         "n": paired["n"], "Pass@1 before": _pass_cell(run["before"]), "Pass@1 after": _pass_cell(run["after"]),
         "delta [95% CI]": f"{100 * paired['delta']:+.1f} [{100 * paired['delta_low']:+.1f}, "
                           f"{100 * paired['delta_high']:+.1f}]",

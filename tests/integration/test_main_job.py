@@ -15,9 +15,10 @@ def _repro(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           cwd=cwd)
 
 
-def test_default_run_evaluates_and_prints_the_table(tmp_path: Path) -> None:
+def test_frozen_eval_run_evaluates_and_prints_the_table(tmp_path: Path) -> None:
     root = Path(__file__).parents[2]
-    out = _repro("run", f"run.output_root={tmp_path}", "tasks.n_tasks=2", "harness.step_limit=2", cwd=root)
+    out = _repro("run", "experiment=eval_bundled", f"run.output_root={tmp_path}", "tasks.n_tasks=2",
+                 "harness.step_limit=2", cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
     (metrics_path,) = tmp_path.glob("eval_bundled/*/metrics.json")
     metrics = json.loads(metrics_path.read_text())
@@ -56,15 +57,16 @@ def test_smoke_run_records_every_harness_call(tmp_path: Path) -> None:
 
 def test_bad_inputs_fail_with_a_message_naming_the_fix(tmp_path: Path) -> None:
     root = Path(__file__).parents[2]
+    ev = ["run", "experiment=eval_bundled", f"run.output_root={tmp_path}"]
     cases = [
         (["run", "experiment=nope"], "unknown experiment 'nope'"),
-        (["run", f"run.output_root={tmp_path}", "tasks=file", f"tasks.source={tmp_path}/missing.jsonl"],
+        ([*ev, "tasks=file", f"tasks.source={tmp_path}/missing.jsonl"],
          "does not exist"),
-        (["run", f"run.output_root={tmp_path}", "job.harness_name=nope"], "known harnesses: mini-swe-agent"),
+        ([*ev, "job.harness_name=nope"], "known harnesses: mini-swe-agent"),
     ]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"instance_id": "a", "repo": "o/r", "base_commit": "abc", "problem_statement": "x"}\n{oops\n')
-    cases.append((["run", f"run.output_root={tmp_path}", "tasks=file", f"tasks.source={bad}"], "bad.jsonl:2"))
+    cases.append(([*ev, "tasks=file", f"tasks.source={bad}"], "bad.jsonl:2"))
     for args, fragment in cases:
         out = _repro(*args, cwd=root)
         assert out.returncode != 0, args

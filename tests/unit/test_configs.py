@@ -10,7 +10,7 @@ from repro.runner import compose_config, experiment_names
 
 
 def test_there_are_experiments() -> None:
-    assert {"smoke", "bench_proxy", "eval_bundled"} <= set(experiment_names())
+    assert {"smoke", "bench_proxy", "eval_bundled", "mini_repro"} <= set(experiment_names())
 
 
 @pytest.mark.parametrize("name", experiment_names())
@@ -26,7 +26,7 @@ def test_experiment_composes_and_instantiates(name: str) -> None:
 
 
 def test_default_experiment_is_the_frozen_evaluation() -> None:
-    assert compose_config([]).run.name == "eval_bundled"
+    assert compose_config([]).run.name == "mini_repro"
 
 
 def test_unknown_experiment_names_the_choices() -> None:
