@@ -32,7 +32,7 @@ from repro.serving.recipe import build_recipe_model
 from repro.serving.tiny_model import TinyModelConfig
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.train.config import RlConfig
-from repro.train.rl import PolicyTrainer, copy_extras
+from repro.train.rl import PolicyTrainer
 
 
 def paired_tests(before: list[Any], after: list[Any]) -> dict[str, Any]:
@@ -57,7 +57,6 @@ def _stage_policy(warm_dir: Path, run_dir: Path) -> Path:
     policy = run_dir / "policy"
     shutil.rmtree(policy, ignore_errors=True)
     shutil.copytree(warm_dir, policy, ignore=shutil.ignore_patterns("warm_start.json"))
-    copy_extras(warm_dir, policy)
     return policy
 
 

@@ -24,6 +24,7 @@ from repro.proxy import ProxyConfig
 from repro.samples import SampleConfig, build_rows
 from repro.sandbox.local import LocalSandbox
 from repro.store import open_store
+from repro.tasks.loaders import write_tasks
 from repro.tasks.schema import Task
 from repro.train.config import SftConfig
 from repro.train.sft import sft_train
@@ -56,17 +57,11 @@ def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[s
     return digest.hexdigest()[:16]
 
 
-def write_tasks_jsonl(tasks: list[Task], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, "".join(json.dumps(asdict(t), sort_keys=True) + "\n" for t in tasks))
-    return path
-
-
 def record_demonstrations(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStartConfig,
                           serving: CpuServingConfig, proxy: ProxyConfig, agent: Any, box: LocalSandbox) -> list[str]:
     """The expert's rollouts through the real harness (mode ``demo``, not graded); their rollout ids."""
     demo_dir = run_dir / "demos"
-    expert_tasks = write_tasks_jsonl(tasks, demo_dir / "expert_tasks.jsonl")
+    expert_tasks = write_tasks(tasks, demo_dir / "expert_tasks.jsonl")
     identity = agent.identity()
     opts = RolloutOptions(mode="demo", k=1, concurrency=cfg.concurrency, grade=False, write_preds=False,
                           harness_name=identity.get("name", ""), harness_version=identity.get("version", ""))
