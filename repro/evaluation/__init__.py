@@ -1,7 +1,7 @@
 """Frozen evaluation: the spec and its fingerprint, Pass@1 / pass@k with intervals, paired tests, run records."""
 
 from repro.evaluation.metrics import MetricsConfig, Summary, is_infra_failure, pass_at_k, summarize
-from repro.evaluation.paired import mcnemar_exact, paired_bootstrap
+from repro.evaluation.paired import mcnemar_exact, paired_bootstrap, sign_flip_test
 from repro.evaluation.preds import update_preds, write_preds
 from repro.evaluation.records import (
     InstanceReport,
@@ -51,6 +51,7 @@ __all__ = [
     "read_reports",
     "rollout_id_for",
     "sha256_files",
+    "sign_flip_test",
     "summarize",
     "tasks_sha256",
     "update_preds",

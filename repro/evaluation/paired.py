@@ -68,3 +68,25 @@ def paired_bootstrap(a: Mapping[str, float], b: Mapping[str, float], confidence:
     p = min(1.0, 2 * min(float(np.mean(means <= 0)), float(np.mean(means >= 0))))
     return PairedBootstrapResult(float(diffs.mean()), float(np.quantile(means, alpha)),
                                  float(np.quantile(means, 1 - alpha)), p, len(ids))
+
+
+@dataclass
+class SignFlipResult:
+    """Mean of ``b - a`` over instances and the two-sided p-value of the paired sign-flip (permutation) test."""
+
+    diff: float
+    p_value: float
+    n: int
+
+
+def sign_flip_test(a: Mapping[str, float], b: Mapping[str, float], resamples: int = 20000, seed: int = 0,
+                   allow_subset: bool = False) -> SignFlipResult:
+    """Paired randomization test: under H0 each instance's difference is as likely negated, so the p-value is the
+    share of random sign flips whose mean is at least as far from 0 as the observed one (+1 smoothing). Valid for
+    per-instance means over k samples, where McNemar (binary outcomes) is not."""
+    ids = align(a, b, allow_subset)
+    diffs = np.array([b[i] - a[i] for i in ids], dtype=float)
+    observed = abs(diffs.mean())
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(resamples, diffs.size))
+    extreme = int(np.sum(np.abs((signs * diffs).mean(axis=1)) >= observed - 1e-12))
+    return SignFlipResult(float(diffs.mean()), (extreme + 1) / (resamples + 1), len(ids))

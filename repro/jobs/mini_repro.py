@@ -18,7 +18,7 @@ from typing import Any
 from harness_adapters.registry import get_harness
 from repro.accounting import Accountant
 from repro.evaluation import eval_metrics, write_metrics
-from repro.evaluation.paired import mcnemar_exact, paired_bootstrap
+from repro.evaluation.paired import mcnemar_exact, paired_bootstrap, sign_flip_test
 from repro.jobs.evaluate import EvalConfig, build_spec, load_task_set, run_frozen_eval
 from repro.jobs.rl_loop import RlLoop, RlPhaseConfig
 from repro.jobs.rollouts import GradeCache
@@ -35,14 +35,25 @@ from repro.train.config import RlConfig
 from repro.train.rl import PolicyTrainer
 
 
+def _per_instance(reports: list[Any]) -> dict[str, float]:
+    """Each instance's share of resolved samples (infra failures count as unsolved)."""
+    outcomes: dict[str, list[float]] = {}
+    for r in reports:
+        outcomes.setdefault(r.instance_id, []).append(float(r.outcome == "resolved"))
+    return {k: sum(v) / len(v) for k, v in outcomes.items()}
+
+
 def paired_tests(before: list[Any], after: list[Any]) -> dict[str, Any]:
-    """McNemar (exact) and paired bootstrap over instances (sample 0; infra failures count as unsolved)."""
+    """Paired tests over instances: bootstrap interval and sign-flip test on per-instance means over the k samples,
+    exact McNemar on sample 0 (the binary test; with k > 1 it ignores the other samples)."""
     a = {r.instance_id: r.outcome == "resolved" for r in before if r.sample == 0}
     b = {r.instance_id: r.outcome == "resolved" for r in after if r.sample == 0}
     mc = mcnemar_exact(a, b)
-    boot = paired_bootstrap({k: float(v) for k, v in a.items()}, {k: float(v) for k, v in b.items()})
+    mean_a, mean_b = _per_instance(before), _per_instance(after)
+    boot, flip = paired_bootstrap(mean_a, mean_b), sign_flip_test(mean_a, mean_b)
     return {"n": mc.n, "only_before": mc.only_a, "only_after": mc.only_b, "mcnemar_p": mc.p_value,
-            "delta": boot.diff, "delta_low": boot.low, "delta_high": boot.high, "bootstrap_p": boot.p_value}
+            "delta": boot.diff, "delta_low": boot.low, "delta_high": boot.high, "bootstrap_p": boot.p_value,
+            "sign_flip_p": flip.p_value}
 
 
 def _split_train(tasks: list[Any], n_demo: int) -> tuple[list[Any], list[Any]]:
@@ -126,7 +137,8 @@ def _metrics(result: dict[str, Any], spec: Any, ev: EvalConfig, warm: dict[str, 
     after = eval_metrics(result["after"], spec, ev.experiment, f"rl-{run_dir.name}")
     return {
         "kind": "before_after", "experiment": ev.experiment, "table": ev.experiment, "run_dir": str(run_dir),
-        "fingerprint": spec.fingerprint(), "task_distribution": spec.tasks.name, "train_tasks": train_name,
+        "fingerprint": spec.fingerprint(), "eval_temperature": ev.temperature,
+        "task_distribution": spec.tasks.name, "train_tasks": train_name,
         "before": before, "after": after, "paired": paired_tests(result["before"], result["after"]),
         "warm_start": warm, "rl": {"config": asdict(rl), "history": result["history"]},
         "trainer": asdict(trainer), "samples": {"mode": samples.mode, "weighting": trainer.weighting},

@@ -41,6 +41,8 @@ class WarmStartConfig:
     n_demo_tasks: int = 6000
     concurrency: int = 16
     sample_mode: str = "prefix_merge"
+    expert_slip_rate: float = 0.0  # share of demo tasks on which the expert forgets sed's -i (an imperfect teacher)
+    expert_slip_seed: int = 0
     sft: SftConfig = field(default_factory=SftConfig)
     use_cache: bool = True
 
@@ -53,6 +55,8 @@ def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[s
     for task in tasks:
         digest.update(f"{task.instance_id}\0{task.base_commit}\0{task.patch}\0".encode())
     payload = {"harness": harness_identity, "expert": EXPERT_VERSION, "mode": cfg.sample_mode, "sft": asdict(cfg.sft)}
+    if cfg.expert_slip_rate:
+        payload["slip"] = [cfg.expert_slip_rate, cfg.expert_slip_seed]
     digest.update(json.dumps(payload, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
 
@@ -65,7 +69,8 @@ def record_demonstrations(run_dir: Path, base_model: Path, tasks: list[Task], cf
     identity = agent.identity()
     opts = RolloutOptions(mode="demo", k=1, concurrency=cfg.concurrency, grade=False, write_preds=False,
                           harness_name=identity.get("name", ""), harness_version=identity.get("version", ""))
-    with running_stack(base_model, serving, proxy, run_dir, expert_tasks=expert_tasks) as stack:
+    slip = ("--expert-slip-rate", str(cfg.expert_slip_rate), "--expert-slip-seed", str(cfg.expert_slip_seed))
+    with running_stack(base_model, serving, proxy, run_dir, expert_tasks=expert_tasks, expert_args=slip) as stack:
         runner = RolloutRunner(demo_dir, run_dir / "traces.sqlite", opts, tasks, stack, agent, box, "expert")
         try:
             runner.run("expert demonstrations")

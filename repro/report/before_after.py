@@ -19,6 +19,10 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def _pass_cell(ev: dict[str, Any]) -> str:
     return f"{_pct(ev['pass_at_1'])} [{_pct(ev['ci']['low'])}, {_pct(ev['ci']['high'])}]"
 
@@ -51,7 +55,7 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
         "n": paired["n"], "Pass@1 before": _pass_cell(run["before"]), "Pass@1 after": _pass_cell(run["after"]),
         "delta [95% CI]": f"{100 * paired['delta']:+.1f} [{100 * paired['delta_low']:+.1f}, "
                           f"{100 * paired['delta_high']:+.1f}]",
-        "McNemar p": f"{paired['mcnemar_p']:.3g}", "bootstrap p": f"{paired['bootstrap_p']:.3g}",
+        "sign-flip p": _p(paired.get("sign_flip_p")), "McNemar p (sample 0)": f"{paired['mcnemar_p']:.3g}",
         "wall h": f"{run.get('wall_s', 0) / 3600:.2f}", "hours per phase (wall)": _phase_hours(run),
         "CPU core-h": f"{total.get('cpu_core_h', 0):.2f}", "GPU h": f"{total.get('gpu_h_allocated', 0):.2f}",
         "warm start": _warm_cell(run), "fingerprint": run["fingerprint"][:8],
@@ -67,8 +71,10 @@ def run_markdown(runs: list[dict[str, Any]]) -> str:
         lines.append(f"**Warning**: {len(fingerprints)} different evaluation fingerprints; rows are not comparable.")
     first = runs[0]
     lines.append(f"Held-out tasks: `{first['task_distribution']}`; train tasks: `{first['train_tasks']}`. "
-                 "Pass@1 with 95% Wilson intervals; delta = paired mean difference over instances (bootstrap "
-                 "interval); McNemar exact test on solved/unsolved pairs.")
+                 f"Pass@1 = mean over k={first['before'].get('k', 1)} samples per task at temperature "
+                 f"{first.get('eval_temperature', '?')}, 95% Wilson intervals; delta = paired mean difference over "
+                 "instances (bootstrap interval); sign-flip = paired randomization test on per-instance means; "
+                 "McNemar = exact test on solved/unsolved pairs of sample 0.")
     return "\n".join(lines) + "\n"
 
 

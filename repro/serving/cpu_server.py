@@ -71,6 +71,8 @@ class ServerConfig:
     max_logprobs: int = 20
     log_level: str = "warning"
     expert_tasks: Path | None = None  # a tasks JSONL: serve the scripted expert instead of the model
+    expert_slip_rate: float = 0.0  # share of tasks on which the expert forgets sed's -i (repro.serving.expert.slipped)
+    expert_slip_seed: int = 0
 
 
 class Generation:
@@ -322,7 +324,8 @@ def create_app(config: ServerConfig) -> CPUServerApp:
     if config.expert_tasks is not None:
         from repro.serving.expert import ExpertEngine
 
-        engine: Engine = ExpertEngine(config.engine, config.expert_tasks)
+        engine: Engine = ExpertEngine(config.engine, config.expert_tasks, config.expert_slip_rate,
+                                      config.expert_slip_seed)
     else:
         engine = Engine(config.engine)
     name = config.served_model_name or config.engine.model_dir.resolve().name

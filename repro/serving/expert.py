@@ -13,6 +13,7 @@ already holds the expert's command get the plain submit command.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -163,15 +164,33 @@ def _command(fix: LineFix | None, file_text: str | None) -> str:
     return sed_command(fix, file_text)
 
 
-class ExpertScript:
-    """Statement -> command table of a task set, looked up in decoded prompts."""
+def slipped(instance_id: str, rate: float, seed: int = 0) -> bool:
+    """Whether the expert slips on this task: a fixed, seeded draw per instance (share ``rate`` of the tasks)."""
+    if rate <= 0:
+        return False
+    draw = int(hashlib.sha256(f"{seed}:{instance_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return draw < rate
 
-    def __init__(self, tasks: list[Task]) -> None:
+
+def slip(command: str) -> str:
+    """The slipped command: ``sed`` without ``-i`` prints the fixed file instead of editing it (nothing changes)."""
+    return "sed " + command[len("sed -i "):] if command.startswith("sed -i ") else command
+
+
+class ExpertScript:
+    """Statement -> command table of a task set, looked up in decoded prompts.
+
+    ``slip_rate``: the share of tasks (a seeded draw per instance, :func:`slipped`) on which the expert forgets
+    sed's ``-i``: an imperfect demonstrator, whose habit SFT copies and RL can remove (see docs/mini_repro.md)."""
+
+    def __init__(self, tasks: list[Task], slip_rate: float = 0.0, slip_seed: int = 0) -> None:
         fixes = [single_line_fix(t.patch) for t in tasks]
         files = buggy_files((t, fix.path) for t, fix in zip(tasks, fixes, strict=True) if fix)
         self.statements = [t.problem_statement for t in tasks]
         self.commands = [_command(fix, files.get((t.base_commit, fix.path)) if fix else None)
                          for t, fix in zip(tasks, fixes, strict=True)]
+        self.commands = [slip(c) if slipped(t.instance_id, slip_rate, slip_seed) else c
+                         for t, c in zip(tasks, self.commands, strict=True)]
         self.n_scripted = sum(c != SUBMIT_COMMAND for c in self.commands)
         inconsistent = sum(fix is not None and c == SUBMIT_COMMAND for fix, c in zip(fixes, self.commands, strict=True))
         if inconsistent:
@@ -188,10 +207,10 @@ class ExpertScript:
                 self._unindexed.append(i)
 
     @classmethod
-    def from_jsonl(cls, path: Path) -> ExpertScript:
+    def from_jsonl(cls, path: Path, slip_rate: float = 0.0, slip_seed: int = 0) -> ExpertScript:
         """The script of a JSONL file of :class:`Task` rows."""
         with open(path, encoding="utf-8") as f:
-            return cls([Task.from_row(json.loads(line)) for line in f if line.strip()])
+            return cls([Task.from_row(json.loads(line)) for line in f if line.strip()], slip_rate, slip_seed)
 
     def find(self, prompt: str) -> int | None:
         """Index of the task whose statement the prompt quotes, or None."""
@@ -213,8 +232,8 @@ class ExpertScript:
 class ExpertEngine(Engine):
     """An :class:`Engine` whose rows are scripted by an :class:`ExpertScript` (the model is loaded, unused)."""
 
-    def __init__(self, config: EngineConfig, tasks_path: Path) -> None:
-        self.script = ExpertScript.from_jsonl(Path(tasks_path))
+    def __init__(self, config: EngineConfig, tasks_path: Path, slip_rate: float = 0.0, slip_seed: int = 0) -> None:
+        self.script = ExpertScript.from_jsonl(Path(tasks_path), slip_rate, slip_seed)
         log.info("expert: %d tasks, %d with a one-line fix", len(self.script.commands), self.script.n_scripted)
         super().__init__(config)
         self._eos_id = self.tokenizer.eos_token_id

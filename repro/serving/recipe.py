@@ -19,6 +19,9 @@ from repro.serving.vocab import recipe_added_tokens
 
 _PATCHED = re.compile(r"^\+\+\+ b/(.+)$", re.MULTILINE)
 _CHAT_ROLES = "system\nuser\nassistant\ntool\n"  # the role names after <|im_start|> (else spelled by letters)
+# Words of any Linux/macOS ``platform.uname()``, which mini-SWE-agent puts in every first prompt: without them the
+# line costs ~50 tokens spelled letter by letter. Machine-independent (no kernel release or host name).
+_PLATFORM_WORDS = "Linux Darwin Kernel Version SMP PREEMPT_DYNAMIC PREEMPT_RT x86_64 aarch64 arm64 GNU\n"
 
 
 def resolve_model_config(config: TinyModelConfig, harness: Any, platform_line: bool = False) -> TinyModelConfig:
@@ -37,12 +40,13 @@ def resolve_model_config(config: TinyModelConfig, harness: Any, platform_line: b
 
 
 def recipe_corpus(tasks: list[Any]) -> list[str]:
-    """The recipe's BPE corpus: the chat role names, each task's statement and the files its gold patch changes
-    at the task's base commit (``tasks`` are :class:`repro.tasks.schema.Task`: pass the train split's)."""
+    """The recipe's BPE corpus: the chat role names, platform words, each task's statement and the files its gold
+    patch changes at the task's base commit (``tasks`` are :class:`repro.tasks.schema.Task`: pass the train split's)."""
     from repro.serving.expert import buggy_files
 
     files = buggy_files((t, path) for t in tasks for path in _PATCHED.findall(t.patch))
-    texts = [_CHAT_ROLES, *(t.problem_statement for t in tasks), *(text for text in files.values() if text)]
+    statements = (t.problem_statement for t in tasks)
+    texts = [_CHAT_ROLES, _PLATFORM_WORDS, *statements, *(text for text in files.values() if text)]
     return list(dict.fromkeys(texts))
 
 
