@@ -42,6 +42,9 @@ Findings from reading the 2.4.6 source and watching it against a stub server:
 - Overhead: ~5 CPU-seconds per subprocess, almost all importing LiteLLM (~4.8 s wall on this machine).
   ``mini_swe_agent_pool.MiniSweAgentHarness`` runs many rollouts in long-lived workers instead (same config
   files and options, ~0.03-0.06 CPU-s per rollout); this module stays the one-shot, reference path.
+
+mini-SWE-agent 1.x (text mode only) shares the env, config-file and process helpers here; its CLI differs and
+is driven by ``mini_swe_agent_v1.MiniSweAgentV1Harness``.
 """
 
 from __future__ import annotations
@@ -53,22 +56,24 @@ import platform
 import shutil
 import subprocess
 import tempfile
-import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
-from harness_adapters.envs import HarnessEnv, ensure_harness_env
-from harness_adapters.processes import kill_group, kill_tree, tail, wait_for_exit
+from harness_adapters.envs import HarnessEnv, HarnessEnvError, ensure_harness_env
+from harness_adapters.processes import ProcessOutcome, run_in_session, tail
 
 NAME = "mini-swe-agent"
 DEFAULT_VERSION = "2.4.6"
 # LiteLLM and the OpenAI SDK decide what goes over the wire: pinned with the harness.
 PINNED_PACKAGES: dict[str, list[str]] = {
     "2.4.6": ["mini-swe-agent==2.4.6", "litellm==1.110.2", "openai==3.57.0"],
+    "1.17.5": ["mini-swe-agent==1.17.5", "litellm==1.110.2", "openai==3.57.0"],
 }
+SUPPORTED_MAJORS = (1, 2)
 FINISHED_EXIT_STATUSES = ("Submitted", "LimitsExceeded", "TimeExceeded", "RepeatedFormatError")
 CONFIG_NAMES = {"base": "repro-mswea-base.yaml", "settings": "repro-mswea-settings.yaml"}
 ROLLOUT_CONFIG_NAME = "repro-mswea-rollout.yaml"
@@ -101,6 +106,12 @@ class MiniSweAgentConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("toolcall", "text"):
             raise ValueError(f"mode must be 'toolcall' or 'text', got {self.mode!r}")
+        if is_v1(self.version) and self.mode != "text":
+            raise ValueError(f"mini-SWE-agent {self.version} (1.x) is text-only (```bash blocks, no tool calls): "
+                             f"set mode: text, got mode: {self.mode}")
+        if is_v1(self.version) and self.wall_time_limit_s:
+            raise ValueError(f"mini-SWE-agent {self.version} (1.x) has no wall-time limit: set wall_time_limit_s: 0 "
+                             f"(the rollout timeout still applies), got {self.wall_time_limit_s}")
 
 
 @dataclass(frozen=True)
@@ -138,19 +149,26 @@ class HarnessRunResult:
         return data
 
 
-@dataclass(frozen=True)
-class _ProcessOutcome:
-    exit_code: int | None
-    timed_out: bool
-    duration_s: float
-    cpu_s: float
+def major_version(version: str) -> int | None:
+    """``"2.4.6"`` -> 2; None when the version does not start with a number."""
+    head = str(version).strip().split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def is_v1(version: str) -> bool:
+    """True for a mini-SWE-agent 1.x version (text mode, its own CLI; see ``mini_swe_agent_v1``)."""
+    return major_version(version) == 1
 
 
 def ensure_mini_swe_agent_env(version: str = DEFAULT_VERSION) -> HarnessEnv:
     """The cached isolated env for mini-SWE-agent ``version`` (built on first use, ~45-60 s, ~730 MB)."""
-    if not version.startswith("2."):
-        raise ValueError(f"only mini-SWE-agent 2.x is supported here, got {version!r}")
-    return ensure_harness_env(NAME, version, PINNED_PACKAGES.get(version, [f"mini-swe-agent=={version}"]))
+    if major_version(version) not in SUPPORTED_MAJORS:
+        raise ValueError(f"mini-SWE-agent {version!r} is not supported: only 1.x (e.g. 1.17.5, text mode) and "
+                         f"2.x (e.g. {DEFAULT_VERSION}) are")
+    try:
+        return ensure_harness_env(NAME, version, PINNED_PACKAGES.get(version, [f"mini-swe-agent=={version}"]))
+    except HarnessEnvError as exc:
+        raise HarnessEnvError(f"could not install mini-SWE-agent {version}: {exc}") from exc
 
 
 def fixed_prompt_texts(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None, *,
@@ -174,9 +192,15 @@ def fixed_prompt_texts(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None, *
     return texts
 
 
+def base_config(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None) -> dict[str, Any]:
+    """The base YAML this adapter passes for ``cfg`` (the pinned version's builtin config), parsed."""
+    env = env or ensure_mini_swe_agent_env(cfg.version)
+    return yaml.safe_load(_base_config_source(env, cfg).read_text(encoding="utf-8"))
+
+
 def harness_tools(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None) -> list[dict[str, Any]]:
-    """The ``tools`` list mini-SWE-agent sends (its ``BASH_TOOL``; none in text mode)."""
-    if cfg.mode == "text":
+    """The ``tools`` list mini-SWE-agent sends (its ``BASH_TOOL``; none in text mode, hence none for 1.x)."""
+    if cfg.mode == "text" or is_v1(cfg.version):
         return []
     env = env or ensure_mini_swe_agent_env(cfg.version)
     code = "import json; from minisweagent.models.utils.actions_toolcall import BASH_TOOL; print(json.dumps(BASH_TOOL))"
@@ -201,7 +225,9 @@ def run_mini_swe_agent(
     *,
     env: HarnessEnv | None = None,
 ) -> HarnessRunResult:
-    """Run one rollout of mini-SWE-agent on ``task`` in ``workdir`` against ``base_url``."""
+    """Run one rollout of mini-SWE-agent 2.x on ``task`` in ``workdir`` against ``base_url``."""
+    if is_v1(cfg.version):
+        raise ValueError(f"mini-SWE-agent {cfg.version} has the 1.x CLI: use mini_swe_agent_v1.MiniSweAgentV1Harness")
     env = env or ensure_mini_swe_agent_env(cfg.version)
     workdir, output_dir = Path(workdir).resolve(), Path(output_dir).resolve()
     config_dir = output_dir / "config"
@@ -212,8 +238,8 @@ def run_mini_swe_agent(
     trajectory.unlink(missing_ok=True)
     cmd = build_command(env, model_name, trajectory)
     proc_env = build_process_env(cfg, home=output_dir / "home", config_dir=config_dir)
-    outcome = _run_process(cmd, workdir, proc_env, output_dir, timeout_s)
-    result = _classify(outcome, trajectory, output_dir, cmd, identity, timeout_s)
+    outcome = run_in_session(cmd, workdir, proc_env, output_dir, timeout_s)
+    result = classify_run(outcome, trajectory, output_dir, cmd, identity, timeout_s)
     (output_dir / RESULT_NAME).write_text(json.dumps(result.as_dict(), indent=2) + "\n")
     return result
 
@@ -221,20 +247,9 @@ def run_mini_swe_agent(
 def build_command(env: HarnessEnv, model_name: str, trajectory: Path) -> list[str]:
     """The exact ``mini`` command line for one rollout."""
     configs = [*CONFIG_NAMES.values(), ROLLOUT_CONFIG_NAME]
-    return [
-        str(env.script("mini")),
-        "-y",
-        "--exit-immediately",
-        "--environment-class",
-        "local",
-        "-m",
-        litellm_model_name(model_name),
-        "-l",
-        "0",
-        "-o",
-        str(trajectory),
-        *[arg for name in configs for arg in ("-c", name)],
-    ]
+    return [str(env.script("mini")), "-y", "--exit-immediately", "--environment-class", "local",
+            "-m", litellm_model_name(model_name), "-l", "0", "-o", str(trajectory),
+            *[arg for name in configs for arg in ("-c", name)]]
 
 
 def litellm_model_name(model_name: str) -> str:
@@ -280,7 +295,10 @@ def write_harness_config(env: HarnessEnv, cfg: MiniSweAgentConfig, config_dir: P
 
 
 def harness_settings(cfg: MiniSweAgentConfig) -> dict[str, Any]:
-    """The settings overlay (merged over the base YAML) that ``cfg`` stands for."""
+    """The settings overlay (merged over the base YAML) that ``cfg`` stands for.
+
+    1.x: no ``wall_time_limit_seconds`` (its AgentConfig has none) and no ``model_class`` (text is its only
+    mode); the cost limit is set here as well as by ``-l 0``."""
     model_kwargs: dict[str, Any] = {
         "drop_params": cfg.drop_params,
         "num_retries": cfg.num_retries,
@@ -292,13 +310,14 @@ def harness_settings(cfg: MiniSweAgentConfig) -> dict[str, Any]:
         model_kwargs["max_tokens"] = cfg.max_tokens
     model_kwargs |= dict(cfg.extra_model_kwargs)
     model: dict[str, Any] = {"model_kwargs": model_kwargs}
-    if cfg.mode == "text":
-        model["model_class"] = "litellm_textbased"
-    return {
-        "agent": {"step_limit": cfg.step_limit, "wall_time_limit_seconds": cfg.wall_time_limit_s},
-        "environment": {"timeout": cfg.command_timeout_s},
-        "model": model,
-    }
+    agent: dict[str, Any] = {"step_limit": cfg.step_limit}
+    if is_v1(cfg.version):
+        agent["cost_limit"] = 0.0
+    else:
+        agent["wall_time_limit_seconds"] = cfg.wall_time_limit_s
+        if cfg.mode == "text":
+            model["model_class"] = "litellm_textbased"
+    return {"agent": agent, "environment": {"timeout": cfg.command_timeout_s}, "model": model}
 
 
 def rollout_settings(task: str, base_url: str, workdir: Path) -> dict[str, Any]:
@@ -313,7 +332,7 @@ def rollout_settings(task: str, base_url: str, workdir: Path) -> dict[str, Any]:
 def _base_config_source(env: HarnessEnv, cfg: MiniSweAgentConfig) -> Path:
     if cfg.config_file:
         return Path(cfg.config_file).expanduser().resolve()
-    name = "mini.yaml" if cfg.mode == "toolcall" else "mini_textbased.yaml"
+    name = "mini.yaml" if cfg.mode == "toolcall" or is_v1(cfg.version) else "mini_textbased.yaml"
     return env.site_packages / "minisweagent" / "config" / name
 
 
@@ -324,38 +343,19 @@ def _check_not_shadowed(workdir: Path) -> None:
             raise ValueError(f"{workdir / name} would shadow the harness config; remove it from the workdir")
 
 
-def _run_process(cmd: list[str], cwd: Path, env: dict[str, str], output_dir: Path, timeout_s: float) -> _ProcessOutcome:
-    """Run ``cmd`` in its own session; on timeout kill its group and every descendant's group."""
-    started = time.monotonic()
-    with open(output_dir / "stdout.log", "wb") as out, open(output_dir / "stderr.log", "wb") as err:
-        proc = subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
-        )
-    timed_out = not wait_for_exit(proc.pid, timeout_s)
-    if timed_out:
-        kill_tree(proc.pid)
-    _, status, rusage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    kill_group(proc.pid)  # stragglers left in the harness's own group
-    return _ProcessOutcome(
-        exit_code=None if timed_out else proc.returncode,
-        timed_out=timed_out,
-        duration_s=time.monotonic() - started,
-        cpu_s=rusage.ru_utime + rusage.ru_stime,
-    )
-
-
-def _classify(
-    outcome: _ProcessOutcome,
+def classify_run(
+    outcome: ProcessOutcome,
     trajectory: Path,
     output_dir: Path,
     cmd: list[str],
     identity: HarnessIdentity,
     timeout_s: float,
+    finished: Collection[str] = FINISHED_EXIT_STATUSES,
 ) -> HarnessRunResult:
-    info = _trajectory_info(trajectory)
-    exit_status = str((info or {}).get("exit_status", ""))
-    status, reason = _status_and_reason(outcome, exit_status, info is not None, timeout_s)
+    """Classify a ``mini`` run from its exit and trajectory: finished iff it exited 0 with one of ``finished``."""
+    info = trajectory_info(trajectory)
+    exit_status = str((info or {}).get("exit_status") or "")
+    status, reason = _status_and_reason(outcome, exit_status, info is not None, timeout_s, finished)
     if status == "crashed":
         last_err = tail(output_dir / "stderr.log").strip().splitlines()[-1:]
         reason = f"{reason}: {last_err[0]}" if last_err else reason
@@ -376,7 +376,7 @@ def _classify(
 
 
 def _status_and_reason(
-    outcome: _ProcessOutcome, exit_status: str, has_trajectory: bool, timeout_s: float
+    outcome: ProcessOutcome, exit_status: str, has_trajectory: bool, timeout_s: float, finished: Collection[str]
 ) -> tuple[RunStatus, str]:
     if outcome.timed_out:
         return "timeout", f"killed after {timeout_s:g} s"
@@ -384,12 +384,13 @@ def _status_and_reason(
         return "crashed", f"exit code {outcome.exit_code}, exit status {exit_status or 'none'}"
     if not has_trajectory:
         return "crashed", "exit code 0 but no trajectory written"
-    if exit_status not in FINISHED_EXIT_STATUSES:
+    if exit_status not in finished:
         return "crashed", f"unexpected exit status {exit_status!r}"
     return "finished", exit_status
 
 
-def _trajectory_info(path: Path) -> dict[str, Any] | None:
+def trajectory_info(path: Path) -> dict[str, Any] | None:
+    """The ``info`` dict of a mini trajectory file (None when missing or unreadable)."""
     try:
         return json.loads(path.read_text()).get("info", {})
     except (OSError, ValueError, AttributeError):

@@ -42,6 +42,7 @@ from harness_adapters.mini_swe_agent import (
     MiniSweAgentConfig,
     build_process_env,
     ensure_mini_swe_agent_env,
+    is_v1,
     litellm_model_name,
     rollout_settings,
     write_harness_config,
@@ -99,6 +100,8 @@ class MiniSweAgentHarness:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.cfg = cfg or MiniSweAgentConfig()
+        if is_v1(self.cfg.version):
+            raise ValueError(f"mini-SWE-agent {self.cfg.version} has the 1.x CLI: use MiniSweAgentV1Harness")
         self._env = env or ensure_mini_swe_agent_env(self.cfg.version)
         self._own_state = state_dir is None
         self._state = Path(state_dir or tempfile.mkdtemp(prefix="repro-mswea-")).resolve()

@@ -1,4 +1,5 @@
-"""Process helpers shared by the harness adapters: wait without reaping, kill whole trees, read log tails."""
+"""Process helpers shared by the harness adapters: run in a session, wait without reaping, kill whole trees,
+read log tails."""
 
 from __future__ import annotations
 
@@ -6,11 +7,46 @@ import contextlib
 import os
 import select
 import signal
+import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class ProcessOutcome:
+    """How a process run by :func:`run_in_session` ended (``exit_code`` is None after a timeout)."""
+
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+    cpu_s: float
+
+
+def run_in_session(cmd: list[str], cwd: Path, env: dict[str, str], output_dir: Path, timeout_s: float, *,
+                   stdin: Path | None = None) -> ProcessOutcome:
+    """Run ``cmd`` in its own session, output to ``output_dir/{stdout,stderr}.log``, stdin from ``stdin``
+    (default /dev/null); on timeout kill its group and every descendant's group."""
+    started = time.monotonic()
+    with open(output_dir / "stdout.log", "wb") as out, open(output_dir / "stderr.log", "wb") as err, \
+            (open(stdin, "rb") if stdin else contextlib.nullcontext(subprocess.DEVNULL)) as inp:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=inp, stdout=out, stderr=err, start_new_session=True)
+    timed_out = not wait_for_exit(proc.pid, timeout_s)
+    if timed_out:
+        kill_tree(proc.pid)
+    _, status, rusage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    kill_group(proc.pid)  # stragglers left in the process's own group
+    return ProcessOutcome(
+        exit_code=None if timed_out else proc.returncode,
+        timed_out=timed_out,
+        duration_s=time.monotonic() - started,
+        cpu_s=rusage.ru_utime + rusage.ru_stime,
+    )
 
 
 def wait_for_exit(pid: int, timeout_s: float) -> bool:

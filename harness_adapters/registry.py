@@ -1,10 +1,13 @@
-"""Harnesses by name: a lazy name -> import-path map, so a harness's code loads only when it is chosen."""
+"""Harnesses by name: a lazy name -> import-path map, so a harness's code loads only when it is chosen.
+
+A harness may have another implementation per major version (mini-SWE-agent 1.x has another CLI than 2.x):
+``get_harness`` picks it from the config's ``version``."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from repro.protocols import Harness
@@ -12,16 +15,19 @@ from repro.protocols import Harness
 
 @dataclass(frozen=True)
 class HarnessEntry:
-    """Where a harness implementation and its config dataclass live (``module:attribute``)."""
+    """Where a harness implementation and its config dataclass live (``module:attribute``); ``by_major`` maps
+    a major version (``"1"``) to the implementation for it, else ``harness``."""
 
     harness: str
     config: str
+    by_major: dict[str, str] = field(default_factory=dict)
 
 
 HARNESSES: dict[str, HarnessEntry] = {
     "mini-swe-agent": HarnessEntry(
         harness="harness_adapters.mini_swe_agent_pool:MiniSweAgentHarness",
         config="harness_adapters.mini_swe_agent:MiniSweAgentConfig",
+        by_major={"1": "harness_adapters.mini_swe_agent_v1:MiniSweAgentV1Harness"},
     ),
 }
 
@@ -43,9 +49,11 @@ def canonical_name(name: str) -> str:
     return key
 
 
-def harness_class(name: str) -> type:
-    """The harness implementation class for ``name`` (imported now, not before)."""
-    return _load(HARNESSES[canonical_name(name)].harness)
+def harness_class(name: str, version: str | None = None) -> type:
+    """The harness implementation class for ``name`` at ``version`` (imported now, not before)."""
+    entry = HARNESSES[canonical_name(name)]
+    major = str(version or "").strip().split(".", 1)[0]
+    return _load(entry.by_major.get(major, entry.harness))
 
 
 def harness_config(name: str, cfg: Any = None) -> Any:
@@ -61,8 +69,10 @@ def harness_config(name: str, cfg: Any = None) -> Any:
 
 
 def get_harness(name: str, cfg: Any = None, **kwargs: Any) -> Harness:
-    """Build the harness ``name`` from ``cfg``; extra keyword arguments go to its constructor (e.g. workers)."""
-    return harness_class(name)(harness_config(name, cfg), **kwargs)
+    """Build the harness ``name`` from ``cfg`` (the implementation for its ``version``); extra keyword arguments
+    go to its constructor (e.g. workers)."""
+    config = harness_config(name, cfg)
+    return harness_class(name, getattr(config, "version", None))(config, **kwargs)
 
 
 def _load(path: str) -> Any:

@@ -208,3 +208,36 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=20)
+
+
+class ScenarioEngine:
+    """Test fake for harness-behaviour tests: a CPU-server engine that answers from scripted replies.
+
+    ``scenarios_path`` is a JSON object ``{name: [reply text, ...]}``; a prompt belongs to the scenario whose
+    marker ``SCENARIO <name>.`` it contains (put it in the task statement), and turn ``i`` (the number of user
+    blocks after the first) gets reply ``i`` (the last one repeats). Replies are tokenized canonically and end
+    with eos; they go through the real server app, so prompts, token ids and the proxy's records are real."""
+
+    def __new__(cls, config: Any, scenarios_path: Any) -> Any:
+        import json
+        from pathlib import Path
+
+        from repro.serving.engine import Engine
+        from repro.serving.expert import ExpertEngine
+
+        class _Scenarios(ExpertEngine):
+            def __init__(self) -> None:
+                Engine.__init__(self, config)
+                self.scenarios = json.loads(Path(scenarios_path).read_text())
+                self._eos_id = self.tokenizer.eos_token_id
+
+            def completion_ids(self, prompt_ids: list[int]) -> list[int]:
+                prompt = self._decoder.decode(prompt_ids, skip_special_tokens=False)
+                name = next((k for k in self.scenarios if f"SCENARIO {k}." in prompt), None)
+                if name is None:
+                    return [self._eos_id]
+                replies, turn = self.scenarios[name], prompt.count("<|im_start|>user") - 1
+                text = replies[min(turn, len(replies) - 1)]
+                return [*self._decoder.encode(text, add_special_tokens=False).ids, self._eos_id]
+
+        return _Scenarios()

@@ -137,6 +137,7 @@ class RolloutRunner:
         rollout_id = next_rollout_id(self.store, self.run_dir.name, instance_id, sample)
         self.http.post(f"{self.stack.proxy_url}/rollouts", json={
             "rollout_id": rollout_id, "run_id": self.run_dir.name, "task_id": instance_id, "group_id": instance_id,
+            "loop_kind": getattr(self.harness, "loop_kind", "proxy"),
             "harness": self.opts.harness_name, "harness_version": self.opts.harness_version, "mode": self.opts.mode,
             "metadata": {"sample": sample, "sampling": self._sampling(sample), "fingerprint": self.opts.fingerprint},
         }).raise_for_status()

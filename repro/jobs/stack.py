@@ -60,17 +60,17 @@ def tiny_model(config: TinyModelConfig, corpus: list[str], harness: Any = None) 
 
 @contextlib.contextmanager
 def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig, run_dir: Path,
-                  expert_tasks: Path | None = None, expert_args: tuple[str, ...] = ()) -> Iterator[Stack]:
+                  expert_tasks: Path | None = None, server_args: tuple[str, ...] = ()) -> Iterator[Stack]:
     """Start the CPU server and the proxy (logs in ``run_dir``); stop both on exit.
 
     ``expert_tasks`` (else ``serving.expert_tasks``), a tasks JSONL, makes the server the scripted expert;
-    ``expert_args``: its extra server flags (``--expert-slip-rate``...)."""
+    ``server_args``: extra server flags (``--expert-slip-rate``...)."""
     server_port = serving.port or free_port()
     expert = expert_tasks or serving.expert_tasks
     server = start_cpu_server_process(
         model_dir, server_port, served_model_name=serving.served_model_name, max_batch_size=serving.max_batch_size,
         torch_threads=serving.torch_threads, default_max_tokens=serving.default_max_tokens,
-        expert_tasks=Path(expert) if expert else None, extra_args=expert_args if expert else (),
+        expert_tasks=Path(expert) if expert else None, extra_args=server_args,
         log_path=run_dir / "model_server.log",
     )
     procs: list[subprocess.Popen] = [server]

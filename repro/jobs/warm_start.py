@@ -30,7 +30,7 @@ from repro.train.config import SftConfig
 from repro.train.sft import sft_train
 
 log = logging.getLogger(__name__)
-EXPERT_VERSION = "sed-oneliner-2"  # bump when the scripted expert's answers change
+EXPERT_VERSION = "sed-oneliner-3"  # bump when the scripted expert's answers change
 STATS_FILE = "warm_start.json"
 
 
@@ -41,7 +41,7 @@ class WarmStartConfig:
     n_demo_tasks: int = 6000
     concurrency: int = 16
     sample_mode: str = "prefix_merge"
-    expert_slip_rate: float = 0.0  # share of demo tasks on which the expert forgets sed's -i (an imperfect teacher)
+    expert_slip_rate: float = 0.0  # share of demo tasks on which the expert types sed -n for sed -i
     expert_slip_seed: int = 0
     sft: SftConfig = field(default_factory=SftConfig)
     use_cache: bool = True
@@ -70,7 +70,7 @@ def record_demonstrations(run_dir: Path, base_model: Path, tasks: list[Task], cf
     opts = RolloutOptions(mode="demo", k=1, concurrency=cfg.concurrency, grade=False, write_preds=False,
                           harness_name=identity.get("name", ""), harness_version=identity.get("version", ""))
     slip = ("--expert-slip-rate", str(cfg.expert_slip_rate), "--expert-slip-seed", str(cfg.expert_slip_seed))
-    with running_stack(base_model, serving, proxy, run_dir, expert_tasks=expert_tasks, expert_args=slip) as stack:
+    with running_stack(base_model, serving, proxy, run_dir, expert_tasks=expert_tasks, server_args=slip) as stack:
         runner = RolloutRunner(demo_dir, run_dir / "traces.sqlite", opts, tasks, stack, agent, box, "expert")
         try:
             runner.run("expert demonstrations")

@@ -50,7 +50,8 @@ def _rl_cell(run: dict[str, Any]) -> str:
 def row(run: dict[str, Any]) -> dict[str, Any]:
     paired, total = run["paired"], run.get("compute", {}).get("total", {})
     return {
-        "run": Path(run.get("run_dir", "")).name, "weighting": run["samples"]["weighting"],
+        "run": Path(run.get("run_dir", "")).name, "loop": run.get("loop", "proxy"),
+        "weighting": run["samples"]["weighting"],
         "samples": run["samples"]["mode"], "seed": run["rl"]["config"].get("seed", ""), "RL": _rl_cell(run),
         "n": paired["n"], "Pass@1 before": _pass_cell(run["before"]), "Pass@1 after": _pass_cell(run["after"]),
         "delta [95% CI]": f"{100 * paired['delta']:+.1f} [{100 * paired['delta_low']:+.1f}, "

@@ -2,7 +2,8 @@
 
 Each metrics.json names its ``kind``: ``eval`` runs become one table per comparison (``repro.report.eval_table``),
 ``proxy_overhead`` benchmark runs become ``proxy_overhead.md``, ``before_after`` runs (the miniature reproduction)
-one table per comparison (``repro.report.before_after``). Unknown kinds are skipped.
+one table per comparison (``repro.report.before_after``), ``loop_comparison`` runs likewise
+(``repro.report.loop_comparison``). Unknown kinds are skipped.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pandas as pd
 
 from repro.report.before_after import write_before_after_tables
 from repro.report.eval_table import write_eval_tables
+from repro.report.loop_comparison import write_loop_comparison_tables
 
 _TARGETS_NOTE = ("Targets (issue 2): proxy CPU <= 1 ms per non-streaming call and <= 1.5 ms per streaming call "
                  "while recording durably; at 64 concurrent rollouts on 2 cores, throughput >= 40% of direct.")
@@ -82,4 +84,6 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
         written += write_eval_tables(by_kind["eval"], results)
     if "before_after" in by_kind:
         written += write_before_after_tables(by_kind["before_after"], results)
+    if "loop_comparison" in by_kind:
+        written += write_loop_comparison_tables(by_kind["loop_comparison"], results)
     return written

@@ -97,8 +97,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expert-tasks", type=Path, default=None,
                         help="tasks JSONL: serve the scripted expert (gold one-line fix as a sed command)")
     parser.add_argument("--expert-slip-rate", type=float, default=0.0,
-                        help="share of tasks on which the expert forgets sed's -i (a seeded draw per task)")
+                        help="share of tasks on which the expert types sed -n for sed -i (a seeded draw per task)")
     parser.add_argument("--expert-slip-seed", type=int, default=0)
+    parser.add_argument("--scenarios", type=Path, default=None, help=argparse.SUPPRESS)  # tests: ScenarioEngine
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -124,6 +125,7 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
         expert_tasks=args.expert_tasks,
         expert_slip_rate=args.expert_slip_rate,
         expert_slip_seed=args.expert_slip_seed,
+        scenarios=args.scenarios,
     )
 
 

@@ -71,8 +71,9 @@ class ServerConfig:
     max_logprobs: int = 20
     log_level: str = "warning"
     expert_tasks: Path | None = None  # a tasks JSONL: serve the scripted expert instead of the model
-    expert_slip_rate: float = 0.0  # share of tasks on which the expert forgets sed's -i (repro.serving.expert.slipped)
+    expert_slip_rate: float = 0.0  # share of tasks where the expert types sed -n for sed -i (expert.slipped)
     expert_slip_seed: int = 0
+    scenarios: Path | None = None  # tests only: scripted replies per scenario (repro.testing.ScenarioEngine)
 
 
 class Generation:
@@ -321,10 +322,14 @@ async def stream_sse(send: Send, chunks: AsyncIterator[dict[str, Any]]) -> None:
 
 def create_app(config: ServerConfig) -> CPUServerApp:
     """Load the engine (the scripted expert when ``config.expert_tasks`` is set) and build the ASGI app."""
-    if config.expert_tasks is not None:
+    if config.scenarios is not None:
+        from repro.testing import ScenarioEngine
+
+        engine: Engine = ScenarioEngine(config.engine, config.scenarios)
+    elif config.expert_tasks is not None:
         from repro.serving.expert import ExpertEngine
 
-        engine: Engine = ExpertEngine(config.engine, config.expert_tasks, config.expert_slip_rate,
+        engine = ExpertEngine(config.engine, config.expert_tasks, config.expert_slip_rate,
                                       config.expert_slip_seed)
     else:
         engine = Engine(config.engine)

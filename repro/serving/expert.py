@@ -173,15 +173,16 @@ def slipped(instance_id: str, rate: float, seed: int = 0) -> bool:
 
 
 def slip(command: str) -> str:
-    """The slipped command: ``sed`` without ``-i`` prints the fixed file instead of editing it (nothing changes)."""
-    return "sed " + command[len("sed -i "):] if command.startswith("sed -i ") else command
+    """The slipped command: ``sed -n`` (print nothing) typed for ``sed -i`` (edit in place). It still exits 0 and
+    submits in the same call, but the file is unchanged."""
+    return "sed -n " + command[len("sed -i "):] if command.startswith("sed -i ") else command
 
 
 class ExpertScript:
     """Statement -> command table of a task set, looked up in decoded prompts.
 
-    ``slip_rate``: the share of tasks (a seeded draw per instance, :func:`slipped`) on which the expert forgets
-    sed's ``-i``: an imperfect demonstrator, whose habit SFT copies and RL can remove (see docs/mini_repro.md)."""
+    ``slip_rate``: the share of tasks (a seeded draw per instance, :func:`slipped`) on which the expert types
+    ``sed -n`` for ``sed -i``: an imperfect demonstrator, whose habit SFT copies and RL can remove."""
 
     def __init__(self, tasks: list[Task], slip_rate: float = 0.0, slip_seed: int = 0) -> None:
         fixes = [single_line_fix(t.patch) for t in tasks]

@@ -37,3 +37,20 @@ def test_unknown_experiment_names_the_choices() -> None:
 def test_bad_override_is_a_clear_error() -> None:
     with pytest.raises(SystemExit, match="bad override"):
         compose_config(["proxy.no_such_key=1"])
+
+
+def _leaves(node: object, prefix: str = "") -> dict[str, object]:
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _leaves(value, f"{prefix}.{key}").items()}
+    return {prefix: node}
+
+
+def test_proxy_and_rebuilt_runs_differ_only_in_the_loop_group() -> None:
+    from omegaconf import OmegaConf
+
+    proxy, rebuilt = ({k: v for k, v in _leaves(OmegaConf.to_container(
+        compose_config(["experiment=mini_repro", f"loop={kind}"]), resolve=True)).items()} for kind in
+        ("proxy", "rebuilt"))
+    differing = {k for k in proxy.keys() | rebuilt.keys() if proxy.get(k) != rebuilt.get(k)}
+    assert differing == {".loop.kind", ".job.loop.kind"}
+    assert rebuilt[".loop.kind"] == "rebuilt"

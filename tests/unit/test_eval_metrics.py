@@ -17,7 +17,7 @@ from repro.evaluation.metrics import (
     summarize,
     wilson_interval,
 )
-from repro.evaluation.paired import align, mcnemar_exact, paired_bootstrap
+from repro.evaluation.paired import align, mcnemar_exact, paired_bootstrap, sign_flip_test
 
 
 @dataclass
@@ -147,6 +147,26 @@ def test_paired_bootstrap_sees_a_consistent_improvement() -> None:
     assert result.diff == pytest.approx(0.3) and result.low > 0 and result.p_value < 0.01
     same = paired_bootstrap(a, a)
     assert (same.diff, same.low, same.high, same.p_value) == (0.0, 0.0, 0.0, 1.0)
+
+
+def test_sign_flip_test_on_per_instance_means() -> None:
+    a = {f"t{i}": 0.25 for i in range(30)}
+    up = {f"t{i}": 0.75 if i < 10 else 0.25 for i in range(30)}
+    result = sign_flip_test(a, up)
+    assert result.diff == pytest.approx(1 / 6) and result.p_value < 0.01 and result.n == 30
+    assert sign_flip_test(up, a).p_value == pytest.approx(result.p_value)  # two-sided: symmetric
+    assert sign_flip_test(a, a).p_value == 1.0
+    # 6 up by 0.25, 4 down by 0.25: no evidence either way; exact p = P(|S| >= 2) for 10 fair signs = 0.754
+    mixed = {**a, **{f"t{i}": 0.5 for i in range(6)}, **{f"t{i}": 0.0 for i in range(6, 10)}}
+    assert sign_flip_test(a, mixed, resamples=50000).p_value == pytest.approx(0.754, abs=0.02)
+
+
+@given(st.lists(st.floats(-1, 1, allow_nan=False), min_size=1, max_size=30))
+@settings(max_examples=50, deadline=None)
+def test_sign_flip_p_value_is_a_probability(diffs: list[float]) -> None:
+    a = {f"t{i}": 0.0 for i in range(len(diffs))}
+    b = {f"t{i}": d for i, d in enumerate(diffs)}
+    assert 0.0 < sign_flip_test(a, b, resamples=200).p_value <= 1.0
 
 
 def test_paired_tests_need_the_same_instances() -> None:

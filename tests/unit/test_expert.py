@@ -22,6 +22,8 @@ from repro.serving.expert import (
     buggy_files,
     sed_command,
     single_line_fix,
+    slip,
+    slipped,
     tool_call_text,
 )
 from repro.serving.recipe import recipe_corpus
@@ -85,6 +87,35 @@ def test_sed_command_resolves_the_task(tasks: list[Task]) -> None:
             workspace.cleanup()
     finally:
         sandbox.close()
+
+
+def test_slipped_expert_types_sed_n_and_leaves_the_bug(tasks: list[Task]) -> None:
+    """A slipped command exits 0 and submits in the same call, but edits nothing: the task stays unresolved."""
+    sandbox = LocalSandbox(LocalSandboxConfig())
+    script = ExpertScript(tasks, slip_rate=1.0)
+    try:
+        task = tasks[0]
+        command = script.command(render_chat(mini_messages(task.problem_statement), [BASH_TOOL], True))
+        assert command.startswith("sed -n '"), command
+        workspace = sandbox.workspace(task, f"slip-{task.instance_id}")
+        result = run_bash(command, workspace.path)
+        assert result.returncode == 0 and result.stdout.splitlines()[0] == SUBMIT_LINE
+        assert workspace.diff() == ""
+        assert sandbox.grade(task, workspace).outcome == "unresolved"
+        workspace.cleanup()
+    finally:
+        sandbox.close()
+
+
+def test_slip_draw_is_seeded_per_instance_and_hits_its_rate() -> None:
+    ids = [f"task-{i}" for i in range(4000)]
+    share = sum(slipped(i, 0.4) for i in ids) / len(ids)
+    assert 0.37 < share < 0.43
+    assert [slipped(i, 0.4) for i in ids] == [slipped(i, 0.4) for i in ids]
+    assert [slipped(i, 0.4, seed=1) for i in ids] != [slipped(i, 0.4) for i in ids]
+    assert not any(slipped(i, 0.0) for i in ids)
+    assert slip("sed -i '3s|a|b|' ./x.py && echo done") == "sed -n '3s|a|b|' ./x.py && echo done"
+    assert slip("echo COMPLETE") == "echo COMPLETE"
 
 
 @pytest.mark.parametrize("old, new", [

@@ -1,0 +1,211 @@
+"""mini-SWE-agent 1.x (pin 1.17.5, text mode) behind the ``Harness`` contract: one real ``mini`` per rollout.
+
+Invocation (1.17.5; ``mini`` is the console script)::
+
+    <env>/bin/mini -y --exit-immediately -m openai/<model> -l 0 -o <out>/trajectory.traj.json
+        -c <out>/config/repro-mswea-v1-run.yaml --task=<problem statement>
+
+run with cwd=<workdir>, stdin=<limit answers file>, its own session, and the clean environment of
+``mini_swe_agent.build_process_env`` (isolated HOME/XDG dirs, no network besides ``api_base``).
+
+Findings from reading the 1.17.5 source (``minisweagent/run/mini.py`` and what it builds), where it differs
+from 2.x:
+
+- Config: exactly one ``-c`` file (a path; no ``key=value`` specs, no merging of several files) and no
+  ``--environment-class`` (always ``LocalEnvironment``). So the per-rollout file is the merge of the base (the
+  builtin ``mini.yaml``, copied unchanged), the settings overlay and the rollout overlay (``api_base``,
+  ``environment.cwd``). The identity hashes the base and settings files, exactly as for 2.x.
+- Task: only ``-t`` (argv, so Linux caps it at 128 KiB: a longer statement crashes with E2BIG); a ``run.task``
+  in the config is not read. It is passed as ``--task=<text>`` so that text starting with ``-`` stays a value.
+- Text mode only: one ```` ```bash ```` block per reply (``action_regex``), no ``tools`` in the request; the
+  model class is LiteLLM's (same pinned LiteLLM / OpenAI SDK, hence the same wire as 2.x). The agent config has
+  no ``wall_time_limit_seconds``.
+- Exits: ``Submitted`` (first output line ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``) and ``LimitsExceeded``
+  (step / cost limit). A reply without exactly one block is answered with ``format_error_template`` and costs a
+  step: there is no ``RepeatedFormatError`` and no ``TimeExceeded``. Any other error in the agent loop (endpoint
+  down, ...) is caught by ``mini``: exit code 0, ``exit_status`` = the exception's class name and
+  ``info.traceback`` in the trajectory; here that rollout is ``crashed``. Errors before the loop exit 1.
+- Step limit: the interactive agent catches ``LimitsExceeded`` and asks for new limits with ``input()``, even
+  when stdin is not a TTY (2.x checks), so with stdin=/dev/null a hit limit ends as ``EOFError``. stdin is a file
+  answering both prompts with the same limits (``<step_limit>`` and ``0``): the re-check fails again and the run
+  ends as ``LimitsExceeded``. Agent commands inherit that stdin: one that reads it up (``cat`` without a file)
+  leaves the prompt at EOF and the rollout crashes with ``EOFError``.
+- Trajectory (``trajectory_format: mini-swe-agent-1``): written once, at the end; a killed run leaves none.
+- Commands: ``subprocess.run(shell=True)`` in ``mini``'s own process group (killed with it on timeout),
+  env = the harness env + ``environment.env``. ``MSWEA_SILENT_STARTUP`` hides its start-up banner.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness_adapters.envs import HarnessEnv
+from harness_adapters.mini_swe_agent import (
+    CONFIG_NAMES,
+    NAME,
+    RESULT_NAME,
+    TRAJECTORY_NAME,
+    HarnessRunResult,
+    MiniSweAgentConfig,
+    build_process_env,
+    classify_run,
+    ensure_mini_swe_agent_env,
+    is_v1,
+    litellm_model_name,
+    rollout_settings,
+    trajectory_info,
+    write_harness_config,
+    write_yaml,
+)
+from harness_adapters.processes import TAIL_CHARS, kill_processes_under, last_line, run_in_session
+from repro.protocols import HarnessResult, HarnessRollout
+
+__all__ = ["FINISHED_EXIT_STATUSES", "V1_VERSION", "MiniSweAgentV1Harness", "build_command", "merge_configs"]
+
+V1_VERSION = "1.17.5"
+FINISHED_EXIT_STATUSES = ("Submitted", "LimitsExceeded")
+RUN_CONFIG_NAME = "repro-mswea-v1-run.yaml"
+ANSWERS_NAME = "repro-mswea-v1-stdin.txt"
+V1_ENV = {"MSWEA_SILENT_STARTUP": "1"}
+
+
+def merge_configs(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge config dicts, later layers winning: nested mappings merge key by key, anything else replaces."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            old = merged.get(key)
+            merged[key] = merge_configs(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) \
+                else value
+    return merged
+
+
+def rollout_overlay(base_url: str, workdir: Path) -> dict[str, Any]:
+    """The per-rollout part of the config (endpoint, working directory); 1.x takes the task from ``-t``."""
+    return {k: v for k, v in rollout_settings("", base_url, workdir).items() if k != "run"}
+
+
+def limit_answers(cfg: MiniSweAgentConfig) -> str:
+    """stdin for ``mini``: its answers to the two new-limit prompts at the step limit (the same limits)."""
+    return f"{cfg.step_limit}\n0\n"
+
+
+def build_command(env: HarnessEnv, model_name: str, trajectory: Path, config_path: Path, task: str) -> list[str]:
+    """The exact 1.x ``mini`` command line for one rollout."""
+    return [str(env.script("mini")), "-y", "--exit-immediately", "-m", litellm_model_name(model_name), "-l", "0",
+            "-o", str(trajectory), "-c", str(config_path), f"--task={task}"]
+
+
+class MiniSweAgentV1Harness:
+    """mini-SWE-agent 1.x: each rollout one ``mini`` subprocess, up to ``concurrency`` at once (threads).
+
+    ``workers`` is accepted for the registry's common constructor and unused: there are no long-lived workers.
+    """
+
+    name = NAME
+
+    def __init__(self, cfg: MiniSweAgentConfig | None = None, workers: int = 1, *, env: HarnessEnv | None = None,
+                 state_dir: Path | None = None) -> None:
+        self.cfg = cfg or MiniSweAgentConfig(version=V1_VERSION, mode="text")
+        if not is_v1(self.cfg.version):
+            raise ValueError(f"MiniSweAgentV1Harness runs mini-SWE-agent 1.x, got version {self.cfg.version!r}")
+        self._env = env or ensure_mini_swe_agent_env(self.cfg.version)
+        self._own_state = state_dir is None
+        self._state = Path(state_dir or tempfile.mkdtemp(prefix="repro-mswea1-")).resolve()
+        self._config_dir = self._state / "config"
+        self._identity = write_harness_config(self._env, self.cfg, self._config_dir)
+        self.version = self._identity.version
+        self._base = merge_configs(*(yaml.safe_load((self._config_dir / n).read_text(encoding="utf-8")) or {}
+                                     for n in CONFIG_NAMES.values()))
+        self._answers = self._config_dir / ANSWERS_NAME
+        self._answers.write_text(limit_answers(self.cfg))
+        self._proc_env = build_process_env(self.cfg, home=self._state / "home", config_dir=self._config_dir) | V1_ENV
+
+    def identity(self) -> dict[str, Any]:
+        """Name, version, hashes of the base and settings files, litellm/openai versions (as for 2.x)."""
+        return asdict(self._identity)
+
+    def run_config(self, rollout: HarnessRollout) -> dict[str, Any]:
+        """The single config file ``mini`` gets for ``rollout``: base + settings + rollout overlay."""
+        return merge_configs(self._base, rollout_overlay(rollout.base_url, Path(rollout.workdir).resolve()))
+
+    def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
+        """Run ``rollouts`` with at most ``concurrency`` ``mini`` processes at once; results in order."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        ids = [r.rollout_id for r in rollouts]
+        if len(set(ids)) != len(ids):
+            raise ValueError("rollout ids must be unique within a run")
+        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="mswea1")
+        futures: list[Future[HarnessResult]] = []
+        try:
+            futures = [pool.submit(self._run_one, rollout) for rollout in rollouts]
+            return [future.result() for future in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            kill_processes_under([Path(r.workdir) for r in rollouts])  # the running mini's and their commands
+            raise
+        finally:
+            pool.shutdown(wait=True)
+
+    def close(self) -> None:
+        """Drop the state dir if it was temporary (no process outlives ``run``)."""
+        if self._own_state:
+            shutil.rmtree(self._state, ignore_errors=True)
+
+    def __enter__(self) -> MiniSweAgentV1Harness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run_one(self, rollout: HarnessRollout) -> HarnessResult:
+        workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
+        config_path = output_dir / "config" / RUN_CONFIG_NAME
+        config_path.parent.mkdir(parents=True, exist_ok=True)
+        write_yaml(config_path, self.run_config(rollout))
+        trajectory = output_dir / TRAJECTORY_NAME
+        trajectory.unlink(missing_ok=True)
+        cmd = build_command(self._env, rollout.model_name, trajectory, config_path, rollout.task.problem_statement)
+        try:
+            outcome = run_in_session(cmd, workdir, self._proc_env, output_dir, rollout.timeout_s, stdin=self._answers)
+        except OSError as exc:  # e.g. E2BIG: a task over Linux's 128 KiB limit for one argument
+            result = HarnessResult(rollout.rollout_id, "crashed", reason=f"could not start mini: {exc}")
+        else:
+            run = classify_run(outcome, trajectory, output_dir, cmd, self._identity, rollout.timeout_s,
+                            FINISHED_EXIT_STATUSES)
+            result = _as_result(rollout.rollout_id, run, output_dir)
+        record = asdict(result) | {"identity": self.identity(), "command": cmd}
+        (output_dir / RESULT_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")
+        return result
+
+
+def _as_result(rollout_id: str, run: HarnessRunResult, output_dir: Path) -> HarnessResult:
+    """The contract's result; an error caught by ``mini`` (exit 0) is named with its traceback's last line."""
+    info = (trajectory_info(run.trajectory_path) if run.trajectory_path else None) or {}
+    traceback = str(info.get("traceback") or "")
+    reason = run.reason
+    if run.status == "crashed" and run.exit_code == 0 and traceback:
+        reason = f"uncaught error, exit status {run.exit_status}: {last_line(traceback)}"
+    return HarnessResult(
+        rollout_id=rollout_id,
+        status=run.status,
+        reason=reason,
+        exit_status=run.exit_status,
+        n_model_calls=run.n_model_calls,
+        duration_s=run.duration_s,
+        trajectory_path=str(run.trajectory_path) if run.trajectory_path else None,
+        info={"cpu_s": run.cpu_s, "exit_code": run.exit_code, "submission": info.get("submission"),
+              "error": traceback[-TAIL_CHARS:], "stdout_log": str(output_dir / "stdout.log"),
+              "stderr_log": str(output_dir / "stderr.log")},
+    )

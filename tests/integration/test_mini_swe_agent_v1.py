@@ -1,0 +1,147 @@
+"""The real mini-SWE-agent 1.17.5 (text mode, one ``mini`` per rollout).
+
+- Bundled tasks through the recording proxy and the real CPU model server, chosen by the registry from
+  ``version: 1.17.5`` (``evaluate_job``): every call is recorded with its token ids and every rollout finishes.
+- Against a scripted text stub (no model server): ``Submitted``, ``LimitsExceeded`` after format errors, and a
+  dead endpoint crashing only its rollout.
+
+First use builds the 1.17.5 env (~1 min).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness_adapters.mini_swe_agent import MiniSweAgentConfig, ensure_mini_swe_agent_env
+from harness_adapters.mini_swe_agent_v1 import FINISHED_EXIT_STATUSES, MiniSweAgentV1Harness
+from repro.jobs.evaluate import EvalConfig, evaluate_job
+from repro.jobs.stack import CpuServingConfig
+from repro.net import free_port
+from repro.protocols import HarnessRollout
+from repro.proxy import ProxyConfig
+from repro.sandbox.local import LocalSandboxConfig
+from repro.serving.tiny_model import TinyModelConfig
+from repro.store import open_store
+from repro.tasks.distributions import TaskDistributionConfig
+from repro.tasks.schema import Task
+
+V1 = MiniSweAgentConfig(version="1.17.5", mode="text", step_limit=2, max_tokens=32)
+TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=2, families=["packages", "procedural"])
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+@pytest.fixture(scope="module")
+def v1_env():
+    return ensure_mini_swe_agent_env(V1.version)
+
+
+def test_bundled_tasks_through_the_proxy_are_fully_recorded(v1_env, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    metrics = evaluate_job(
+        model=TinyModelConfig(vocab_size=512), serving=CpuServingConfig(), proxy=ProxyConfig(), harness=V1,
+        tasks=TASKS, sandbox=LocalSandboxConfig(), eval=EvalConfig(experiment="v1", max_tokens=32, concurrency=2),
+        harness_name="mini-swe-agent", run_dir=run_dir)
+    assert metrics["n_samples"] == 2 and metrics["complete"]
+    assert metrics["spec"]["harness"]["version"] == "1.17.5"
+    system = yaml.safe_load((v1_env.site_packages / "minisweagent/config/mini.yaml").read_text())["agent"][
+        "system_template"]
+    store = open_store(run_dir / "traces.sqlite")
+    reports = [json.loads(p.read_text()) for p in run_dir.glob("instances/*/sample-0/report.json")]
+    assert len(reports) == 2
+    for report in reports:
+        assert report["harness_status"] == "finished", report["harness_reason"]
+        assert report["harness_exit_status"] in FINISHED_EXIT_STATUSES
+        assert store.get_rollout(report["rollout_id"]).harness_version == "1.17.5"
+        calls = store.calls(report["rollout_id"])
+        assert len(calls) == report["n_calls"] >= 1
+        assert [c.seq for c in calls] == list(range(len(calls)))
+        for call in calls:
+            assert call.status in ("ok", "truncated")
+            assert call.prompt_ids and call.completion_ids
+            assert "tools" not in call.request  # text mode: the action is a ```bash block in the content
+        assert calls[0].request["messages"][0] == {"role": "system", "content": system}
+
+
+class TextStub:
+    """OpenAI-compatible stub: each rollout's ``/rollouts/<id>/v1`` gets the reply text chosen for it."""
+
+    def __init__(self, reply: Callable[[str], str]) -> None:
+        self.paths: list[str] = []
+        self._reply = reply
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+
+    def url(self, rollout_id: str) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/rollouts/{rollout_id}/v1"
+
+    def __enter__(self) -> TextStub:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def answer(self, path: str) -> dict[str, Any]:
+        self.paths.append(path)
+        message = {"role": "assistant", "content": self._reply(path.split("/")[2])}
+        return {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()), "model": "stub",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                data = json.dumps(stub.answer(self.path)).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        return Handler
+
+
+@pytest.fixture
+def harness(v1_env, tmp_path: Path) -> Iterator[MiniSweAgentV1Harness]:
+    with MiniSweAgentV1Harness(V1, env=v1_env, state_dir=tmp_path / "state") as h:
+        yield h
+
+
+def test_submit_limit_and_dead_endpoint(harness: MiniSweAgentV1Harness, tmp_path: Path) -> None:
+    replies = {"submit": f"Writing it.\n\n```bash\necho $PWD > out.txt && {SUBMIT}\n```",
+               "chatty": "I will think about it, no command yet."}
+    dead = f"http://127.0.0.1:{free_port()}/rollouts/down/v1"
+    with TextStub(lambda rollout_id: replies[rollout_id]) as stub:
+        rollouts = []
+        for rollout_id in ("submit", "chatty", "down"):
+            workdir = tmp_path / rollout_id / "work"
+            workdir.mkdir(parents=True)
+            task = Task(instance_id=rollout_id, repo="o/r", base_commit="0" * 40, problem_statement="Write out.txt.")
+            url = dead if rollout_id == "down" else stub.url(rollout_id)
+            rollouts.append(HarnessRollout(rollout_id, task, workdir, url, "stub", tmp_path / rollout_id / "out", 120))
+        submit, chatty, down = harness.run(rollouts, concurrency=3)
+    assert (submit.status, submit.exit_status, submit.n_model_calls) == ("finished", "Submitted", 1), submit
+    assert (tmp_path / "submit/work/out.txt").read_text().strip() == str((tmp_path / "submit/work").resolve())
+    assert (chatty.status, chatty.exit_status, chatty.n_model_calls) == ("finished", "LimitsExceeded", 2), chatty
+    messages = json.loads(Path(chatty.trajectory_path).read_text())["messages"]
+    assert sum("EXACTLY ONE action" in m["content"] for m in messages if m["role"] == "user") == 2
+    assert down.status == "crashed" and down.reason.startswith("uncaught error, exit status "), down
+    assert down.exit_status not in FINISHED_EXIT_STATUSES and down.duration_s < 60
+    assert sorted(stub.paths) == ["/rollouts/chatty/v1/chat/completions"] * 2 + ["/rollouts/submit/v1/chat/completions"]
