@@ -137,6 +137,7 @@ def _fidelity(run_dir: Path, arms: dict[str, Any], harness: MiniSweAgentConfig, 
 def _record_other(phase_dir: Path, cfg: MiniSweAgentConfig, tasks: list[Any], model_dir: Path,
                   serving: CpuServingConfig, proxy: ProxyConfig, box: LocalSandbox) -> Path:
     """Rollouts of another harness version with the warm-start model (greedy), recorded in their own store."""
+    phase_dir.mkdir(parents=True, exist_ok=True)
     with get_harness("mini-swe-agent", cfg, workers=1) as other, \
             running_stack(model_dir, serving, proxy, phase_dir) as stack:
         identity = other.identity()

@@ -11,7 +11,7 @@ from pathlib import Path
 from repro.store import open_store
 
 SMALL = ["warm_start.n_demo_tasks=24", "train_tasks.n_tasks=30", "warm_start.sft.epochs=1", "rl.steps=2",
-         "rl.tasks_per_step=2", "rl.samples_per_task=3", "tasks.n_tasks=4", "warm_start.use_cache=false"]
+         "rl.tasks_per_step=2", "rl.samples_per_task=3", "tasks.n_tasks=4", "warm_start.use_cache=false", "eval.k=2"]
 
 
 def _repro(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -27,7 +27,8 @@ def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path) -> None:
     metrics, run_dir = json.loads(metrics_path.read_text()), metrics_path.parent
     assert metrics["kind"] == "before_after" and metrics["paired"]["n"] == 4
     assert metrics["before"]["fingerprint"] == metrics["after"]["fingerprint"] == metrics["fingerprint"]
-    assert metrics["before"]["n_samples"] == metrics["after"]["n_samples"] == 4
+    assert metrics["before"]["n_samples"] == metrics["after"]["n_samples"] == 4 * 2
+    assert 0 < metrics["paired"]["sign_flip_p"] <= 1
     assert not metrics["warm_start"]["cached"] and metrics["warm_start"]["demo_rollouts"] == 24
     assert set(metrics["compute"]["phases"]) >= {"warm_start_demos", "warm_start_sft", "eval_before", "rl_rollouts",
                                                   "rl_training", "eval_after"}

@@ -1,0 +1,43 @@
+"""experiment=loop_comparison end to end at a small size: one warm start, RL rollouts by the real harness and by
+the rebuilt loop (tagged in the store), both evaluated in the real harness, fidelity replays of 2.4.6 and 1.17.5
+recordings, and the published table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_mini_repro import SMALL, _repro
+
+from repro.store import open_store
+
+FIDELITY = ["fidelity.max_rollouts=6", "fidelity.other_tasks=2"]
+
+
+def test_loop_comparison_runs_both_arms_and_the_fidelity_replays(tmp_path: Path) -> None:
+    root = Path(__file__).parents[2]
+    out = _repro("run", "experiment=loop_comparison", f"run.output_root={tmp_path}", *SMALL, *FIDELITY, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (metrics_path,) = tmp_path.glob("loop_comparison/*/metrics.json")
+    metrics, run_dir = json.loads(metrics_path.read_text()), metrics_path.parent
+    assert metrics["kind"] == "loop_comparison" and set(metrics["arms"]) == {"proxy", "rebuilt"}
+    for kind, arm in metrics["arms"].items():
+        assert arm["after"]["fingerprint"] == metrics["before"]["fingerprint"] == metrics["fingerprint"]
+        assert arm["after"]["harness"] == "mini-swe-agent@2.4.6", kind  # both evaluated in the real harness
+        assert [h["step"] for h in arm["history"]] == [0, 1]
+        store = open_store(run_dir / kind / "traces.sqlite")
+        train = [r for r in store.list_rollouts() if r.mode == "train"]
+        evals = [r for r in store.list_rollouts() if r.mode == "eval"]
+        assert len(train) == 2 * 2 * 3 and {r.loop_kind for r in train} == {kind}
+        assert {r.loop_kind for r in evals} == {"proxy"}
+        endpoints = {c.endpoint for r in train for c in store.calls(r.rollout_id)}
+        assert endpoints == ({"chat"} if kind == "proxy" else {"completions"})
+        store.close()
+    assert metrics["rebuilt_minus_proxy"]["n"] == 4
+    same, other = metrics["fidelity"]["2.4.6"], metrics["fidelity"]["1.17.5"]
+    assert same["rollouts"] >= 1 and same["turns"] >= same["rollouts"]
+    assert other["rollouts"] == 2 and other["first_divergent_turns"] == [0]  # text mode, no tools: differs at once
+    table = _repro("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
+    assert table.returncode == 0, table.stderr[-2000:]
+    text = (tmp_path / "results" / "loop_comparison.md").read_text()
+    assert "rebuilt - proxy" in text and "1.17.5" in text and metrics["fingerprint"][:8] in text
