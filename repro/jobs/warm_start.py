@@ -43,6 +43,7 @@ class WarmStartConfig:
     sample_mode: str = "prefix_merge"
     expert_slip_rate: float = 0.0  # share of demo tasks on which the expert types sed -n for sed -i
     expert_slip_seed: int = 0
+    expert_slip_operators: list[str] = field(default_factory=list)  # only tasks of these operators slip (empty: any)
     sft: SftConfig = field(default_factory=SftConfig)
     use_cache: bool = True
 
@@ -56,7 +57,7 @@ def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[s
         digest.update(f"{task.instance_id}\0{task.base_commit}\0{task.patch}\0".encode())
     payload = {"harness": harness_identity, "expert": EXPERT_VERSION, "mode": cfg.sample_mode, "sft": asdict(cfg.sft)}
     if cfg.expert_slip_rate:
-        payload["slip"] = [cfg.expert_slip_rate, cfg.expert_slip_seed]
+        payload["slip"] = [cfg.expert_slip_rate, cfg.expert_slip_seed, *cfg.expert_slip_operators]
     digest.update(json.dumps(payload, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
 
@@ -69,7 +70,8 @@ def record_demonstrations(run_dir: Path, base_model: Path, tasks: list[Task], cf
     identity = agent.identity()
     opts = RolloutOptions(mode="demo", k=1, concurrency=cfg.concurrency, grade=False, write_preds=False,
                           harness_name=identity.get("name", ""), harness_version=identity.get("version", ""))
-    slip = ("--expert-slip-rate", str(cfg.expert_slip_rate), "--expert-slip-seed", str(cfg.expert_slip_seed))
+    slip = ("--expert-slip-rate", str(cfg.expert_slip_rate), "--expert-slip-seed", str(cfg.expert_slip_seed),
+            "--expert-slip-operators", ",".join(cfg.expert_slip_operators))
     with running_stack(base_model, serving, proxy, run_dir, expert_tasks=expert_tasks, server_args=slip) as stack:
         runner = RolloutRunner(demo_dir, run_dir / "traces.sqlite", opts, tasks, stack, agent, box, "expert")
         try:

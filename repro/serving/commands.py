@@ -99,6 +99,8 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expert-slip-rate", type=float, default=0.0,
                         help="share of tasks on which the expert types sed -n for sed -i (a seeded draw per task)")
     parser.add_argument("--expert-slip-seed", type=int, default=0)
+    parser.add_argument("--expert-slip-operators", default="",
+                        help="comma-separated mutation operators: only their tasks can slip (default: any)")
     parser.add_argument("--scenarios", type=Path, default=None, help=argparse.SUPPRESS)  # tests: ScenarioEngine
 
 
@@ -125,6 +127,7 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
         expert_tasks=args.expert_tasks,
         expert_slip_rate=args.expert_slip_rate,
         expert_slip_seed=args.expert_slip_seed,
+        expert_slip_operators=tuple(op for op in args.expert_slip_operators.split(",") if op),
         scenarios=args.scenarios,
     )
 

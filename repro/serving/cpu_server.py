@@ -73,6 +73,7 @@ class ServerConfig:
     expert_tasks: Path | None = None  # a tasks JSONL: serve the scripted expert instead of the model
     expert_slip_rate: float = 0.0  # share of tasks where the expert types sed -n for sed -i (expert.slipped)
     expert_slip_seed: int = 0
+    expert_slip_operators: tuple[str, ...] = ()  # only tasks of these mutation operators slip (empty: any)
     scenarios: Path | None = None  # tests only: scripted replies per scenario (repro.testing.ScenarioEngine)
 
 
@@ -330,7 +331,7 @@ def create_app(config: ServerConfig) -> CPUServerApp:
         from repro.serving.expert import ExpertEngine
 
         engine = ExpertEngine(config.engine, config.expert_tasks, config.expert_slip_rate,
-                                      config.expert_slip_seed)
+                              config.expert_slip_seed, config.expert_slip_operators)
     else:
         engine = Engine(config.engine)
     name = config.served_model_name or config.engine.model_dir.resolve().name

@@ -172,6 +172,10 @@ def slipped(instance_id: str, rate: float, seed: int = 0) -> bool:
     return draw < rate
 
 
+def _may_slip(task: Task, operators: tuple[str, ...]) -> bool:
+    return not operators or task.operator in operators
+
+
 def slip(command: str) -> str:
     """The slipped command: ``sed -n`` (print nothing) typed for ``sed -i`` (edit in place). It still exits 0 and
     submits in the same call, but the file is unchanged."""
@@ -182,16 +186,19 @@ class ExpertScript:
     """Statement -> command table of a task set, looked up in decoded prompts.
 
     ``slip_rate``: the share of tasks (a seeded draw per instance, :func:`slipped`) on which the expert types
-    ``sed -n`` for ``sed -i``: an imperfect demonstrator, whose habit SFT copies and RL can remove."""
+    ``sed -n`` for ``sed -i``: an imperfect demonstrator, whose habit SFT copies and RL can remove.
+    ``slip_operators``: only tasks whose bug was made by one of these mutation operators (``Task.operator``) can
+    slip (empty: any task): a systematic blind spot, which a model copies onto unseen tasks of that kind."""
 
-    def __init__(self, tasks: list[Task], slip_rate: float = 0.0, slip_seed: int = 0) -> None:
+    def __init__(self, tasks: list[Task], slip_rate: float = 0.0, slip_seed: int = 0,
+                 slip_operators: tuple[str, ...] = ()) -> None:
         fixes = [single_line_fix(t.patch) for t in tasks]
         files = buggy_files((t, fix.path) for t, fix in zip(tasks, fixes, strict=True) if fix)
         self.statements = [t.problem_statement for t in tasks]
         self.commands = [_command(fix, files.get((t.base_commit, fix.path)) if fix else None)
                          for t, fix in zip(tasks, fixes, strict=True)]
-        self.commands = [slip(c) if slipped(t.instance_id, slip_rate, slip_seed) else c
-                         for t, c in zip(tasks, self.commands, strict=True)]
+        self.commands = [slip(c) if _may_slip(t, slip_operators) and slipped(t.instance_id, slip_rate, slip_seed)
+                         else c for t, c in zip(tasks, self.commands, strict=True)]
         self.n_scripted = sum(c != SUBMIT_COMMAND for c in self.commands)
         inconsistent = sum(fix is not None and c == SUBMIT_COMMAND for fix, c in zip(fixes, self.commands, strict=True))
         if inconsistent:
@@ -208,10 +215,12 @@ class ExpertScript:
                 self._unindexed.append(i)
 
     @classmethod
-    def from_jsonl(cls, path: Path, slip_rate: float = 0.0, slip_seed: int = 0) -> ExpertScript:
+    def from_jsonl(cls, path: Path, slip_rate: float = 0.0, slip_seed: int = 0,
+                   slip_operators: tuple[str, ...] = ()) -> ExpertScript:
         """The script of a JSONL file of :class:`Task` rows."""
         with open(path, encoding="utf-8") as f:
-            return cls([Task.from_row(json.loads(line)) for line in f if line.strip()], slip_rate, slip_seed)
+            tasks = [Task.from_row(json.loads(line)) for line in f if line.strip()]
+        return cls(tasks, slip_rate, slip_seed, slip_operators)
 
     def find(self, prompt: str) -> int | None:
         """Index of the task whose statement the prompt quotes, or None."""
@@ -233,8 +242,9 @@ class ExpertScript:
 class ExpertEngine(Engine):
     """An :class:`Engine` whose rows are scripted by an :class:`ExpertScript` (the model is loaded, unused)."""
 
-    def __init__(self, config: EngineConfig, tasks_path: Path, slip_rate: float = 0.0, slip_seed: int = 0) -> None:
-        self.script = ExpertScript.from_jsonl(Path(tasks_path), slip_rate, slip_seed)
+    def __init__(self, config: EngineConfig, tasks_path: Path, slip_rate: float = 0.0, slip_seed: int = 0,
+                 slip_operators: tuple[str, ...] = ()) -> None:
+        self.script = ExpertScript.from_jsonl(Path(tasks_path), slip_rate, slip_seed, slip_operators)
         log.info("expert: %d tasks, %d with a one-line fix", len(self.script.commands), self.script.n_scripted)
         super().__init__(config)
         self._eos_id = self.tokenizer.eos_token_id

@@ -107,6 +107,12 @@ def test_slipped_expert_types_sed_n_and_leaves_the_bug(tasks: list[Task]) -> Non
         sandbox.close()
 
 
+def test_slip_can_be_limited_to_mutation_operators(tasks: list[Task]) -> None:
+    own = tuple({t.operator for t in tasks})
+    assert all(c.startswith("sed -n ") for c in ExpertScript(tasks, 1.0, slip_operators=own).commands)
+    assert not any(c.startswith("sed -n ") for c in ExpertScript(tasks, 1.0, slip_operators=("nope",)).commands)
+
+
 def test_slip_draw_is_seeded_per_instance_and_hits_its_rate() -> None:
     ids = [f"task-{i}" for i in range(4000)]
     share = sum(slipped(i, 0.4) for i in ids) / len(ids)
