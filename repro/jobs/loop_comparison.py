@@ -23,7 +23,7 @@ from repro.accounting import Accountant
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.paired import paired_bootstrap, sign_flip_test
 from repro.jobs.evaluate import EvalConfig, build_spec, load_task_set, run_frozen_eval
-from repro.jobs.mini_repro import paired_tests, run_warm_start, split_train, stage_policy
+from repro.jobs.mini_repro import paired_tests, per_instance, run_warm_start, split_train, stage_policy
 from repro.jobs.rl_loop import RlLoop, RlPhaseConfig
 from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
 from repro.jobs.stack import CpuServingConfig, running_stack
@@ -208,8 +208,6 @@ def _metrics(run_dir: Path, spec: Any, ev: EvalConfig, warm: dict[str, Any], tra
 
 def _between(arms: dict[str, Any]) -> dict[str, Any]:
     """Paired difference rebuilt - proxy over instances (per-instance means over the k samples)."""
-    from repro.jobs.mini_repro import per_instance
-
     a, b = per_instance(arms["proxy"]["after"]), per_instance(arms["rebuilt"]["after"])
     boot, flip = paired_bootstrap(a, b), sign_flip_test(a, b)
     return {"n": boot.n, "delta": boot.diff, "delta_low": boot.low, "delta_high": boot.high,

@@ -7,6 +7,7 @@ fingerprints differ are flagged, because their numbers are not comparable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +80,22 @@ def run_markdown(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_before_after_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
-    """``results/<table>.md`` and ``.csv`` per table name."""
+def write_named_tables(runs: list[dict[str, Any]], results: Path, markdown: Callable[[list[dict[str, Any]]], str],
+                       csv_rows: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> list[Path]:
+    """``results/<table>.md`` (``markdown`` of the table's runs) and ``.csv`` (``csv_rows`` of each run), per table
+    name (a run's ``table``, else its experiment)."""
     by_table: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         by_table.setdefault(run.get("table") or run["experiment"], []).append(run)
     written = []
     for name, rows in by_table.items():
         md, csv = results / f"{name}.md", results / f"{name}.csv"
-        md.write_text(f"# {name}\n\n" + run_markdown(rows))
-        pd.DataFrame([row(r) for r in rows]).to_csv(csv, index=False)
+        md.write_text(f"# {name}\n\n" + markdown(rows))
+        pd.DataFrame([r for run in rows for r in csv_rows(run)]).to_csv(csv, index=False)
         written += [md, csv]
     return written
+
+
+def write_before_after_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
+    """``results/<table>.md`` and ``.csv`` per table name."""
+    return write_named_tables(runs, results, run_markdown, lambda run: [row(run)])

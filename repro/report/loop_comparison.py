@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from repro.report.before_after import _pass_cell, _pct
+from repro.report.before_after import _pass_cell, _pct, write_named_tables
 
 ARM_PHASES = ("rl_rollouts", "rl_training", "eval_after")
 
@@ -80,13 +80,4 @@ def comparison_markdown(runs: list[dict[str, Any]]) -> str:
 
 
 def write_loop_comparison_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
-    by_table: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        by_table.setdefault(run.get("table") or run["experiment"], []).append(run)
-    written = []
-    for name, rows in by_table.items():
-        md, csv = results / f"{name}.md", results / f"{name}.csv"
-        md.write_text(f"# {name}\n\n" + comparison_markdown(rows))
-        pd.DataFrame([r for run in rows for r in arm_rows(run)]).to_csv(csv, index=False)
-        written += [md, csv]
-    return written
+    return write_named_tables(runs, results, comparison_markdown, arm_rows)
