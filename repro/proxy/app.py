@@ -7,6 +7,8 @@ Routes::
     POST /rollouts/{id}/finish                       set status / reward / failure_reason
     POST /rollouts/{id}/v1/chat/completions          forwarded + recorded (streaming or not)
     POST /rollouts/{id}/v1/completions               forwarded + recorded
+    POST /rollouts/{id}/purpose/{purpose}/v1/...     the same, the call recorded with that purpose (auxiliary,
+                                                     summary: a harness's side calls; see routes.purpose_base_url)
     GET  /rollouts/{id}/v1/models, GET /v1/models    forwarded
     GET  /health
 """
@@ -22,6 +24,7 @@ from repro.proxy.config import ProxyConfig
 from repro.proxy.errors import ProxyError, bad_request
 from repro.proxy.forward import Forwarder
 from repro.proxy.registry import RolloutRegistry
+from repro.proxy.routes import PURPOSE_SEGMENT, check_purpose
 from repro.proxy.validation import check_chat, check_completion, check_rollout_id, parse_json_object, without_secrets
 from repro.store import CallRecord, GroupCommitWriter, SqliteTraceStore, TraceStoreConfig
 
@@ -85,9 +88,10 @@ class ProxyApp:
         if path.startswith("/rollouts/"):
             rollout_id, _, rest = path[len("/rollouts/") :].partition("/")
             check_rollout_id(rollout_id)
+            purpose, rest = _purpose_of(rest)
             endpoint = _ENDPOINTS.get(rest)
             if endpoint is not None and method == "POST":
-                return await self._completion(rollout_id, endpoint, scope, receive, send)
+                return await self._completion(rollout_id, endpoint, scope, receive, send, purpose)
             if rest == "v1/models" and method == "GET":
                 return await self.forwarder.models(send)
             if rest == "" and method == "GET":
@@ -113,7 +117,7 @@ class ProxyApp:
         return await read_body(receive, limit)
 
     async def _completion(self, rollout_id: str, endpoint: str, scope: dict[str, Any], receive: Receive,
-                          send: Send) -> None:
+                          send: Send, purpose: str = "policy") -> None:
         t_start = time.time()
         request = parse_json_object(await self._body(scope, receive))
         (check_chat if endpoint == "chat" else check_completion)(request)
@@ -124,7 +128,7 @@ class ProxyApp:
             rollout_id=rollout_id, seq=seq, endpoint=endpoint, status="ok", request=without_secrets(request),
             streamed=request.get("stream") is True, retry_count=int(retry) if retry and retry.isdigit() else None,
             client_headers=headers, sampling_overrides=overrides,
-            t_start=t_start,
+            t_start=t_start, purpose=purpose,
         )
         if call.streamed:
             await self.forwarder.stream(call, request, receive, send)
@@ -151,3 +155,15 @@ class ProxyApp:
         except KeyError:
             raise ProxyError(404, f"unknown rollout {rollout_id!r}", kind="not_found_error") from None
         await send_json(send, 200, self._rollout_info(rollout_id))
+
+
+def _purpose_of(rest: str) -> tuple[str, str]:
+    """``purpose/auxiliary/v1/chat/completions`` -> (``auxiliary``, ``v1/chat/completions``); else ``policy``."""
+    head, _, tail = rest.partition("/")
+    if head != PURPOSE_SEGMENT:
+        return "policy", rest
+    purpose, _, tail = tail.partition("/")
+    try:
+        return check_purpose(purpose), tail
+    except ValueError as exc:
+        raise ProxyError(404, str(exc), kind="not_found_error") from None

@@ -12,9 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from repro.samples.advantages import advantages, check_scale, group_key, masked_reason
-from repro.samples.rows import Fragment, SkippedCall, check_mode, fragments
+from repro.samples.rows import DEFAULT_TRAIN_PURPOSES, Fragment, SkippedCall, check_mode, fragments
 from repro.samples.weights import check_weighting, row_weights
 from repro.store import CallRecord, RolloutRecord, SqliteTraceStore
+from repro.store.records import CALL_PURPOSES
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class SampleConfig:
     scale_rewards: str = "group"  # "group": (r - mean) / (std + eps) | "none": r - mean
     eps: float = 1e-4
     include_modes: tuple[str, ...] | None = None  # rollout modes to train on (None: all); others are masked
+    train_purposes: tuple[str, ...] = DEFAULT_TRAIN_PURPOSES  # call purposes to train on (auxiliary: skipped)
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -35,6 +37,10 @@ class SampleConfig:
             raise ValueError(f"eps must be > 0; got {self.eps!r}")
         if isinstance(self.include_modes, str):
             raise ValueError(f"include_modes must be a tuple of modes, e.g. ('train',); got {self.include_modes!r}")
+        if isinstance(self.train_purposes, str) or not set(self.train_purposes) <= set(CALL_PURPOSES):
+            raise ValueError(f"train_purposes must be a tuple of {', '.join(CALL_PURPOSES)}; "
+                             f"got {self.train_purposes!r}")
+        object.__setattr__(self, "train_purposes", tuple(self.train_purposes))
 
 
 @dataclass
@@ -123,7 +129,7 @@ def _rows(rollout: RolloutRecord, parts: list[Fragment], masked: bool, advantage
 def rollout_samples(rollout: RolloutRecord, calls: Sequence[CallRecord], advantage: float,
                     config: SampleConfig) -> RolloutSamples:
     """One rollout's rows and bookkeeping, given its (group-relative) advantage."""
-    parts, skipped = fragments(calls, config.mode)
+    parts, skipped = fragments(calls, config.mode, config.train_purposes)
     masked = masked_reason(rollout, config.include_modes)
     advantage = 0.0 if masked else advantage
     return RolloutSamples(rollout.rollout_id, rollout.task_id, group_key(rollout), rollout.status, rollout.reward,

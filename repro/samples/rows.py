@@ -5,6 +5,11 @@ tokens the model sampled (the completions of the calls it holds) and 0 on everyt
 tool outputs, template text). ``old_logprobs`` are aligned to ``input_ids``: 0.0 where the mask is 0, the
 call's logprob of each sampled token where it is 1, and NaN where the call recorded no (or misaligned)
 logprobs; such fragments list the call in ``missing_logprob_seqs`` so a trainer can refuse them.
+
+Calls are trained on only when their purpose is in ``train_purposes`` (default: the agent's own ``policy``
+calls and condenser ``summary`` calls; a harness's ``auxiliary`` side calls such as OpenCode's title request
+are skipped). In ``prefix_merge`` a call only extends a fragment of its own purpose, so side calls that arrive
+between the agent's calls do not break its chain.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 from repro.store import CallRecord
 
 MODES = ("per_call", "prefix_merge")
+DEFAULT_TRAIN_PURPOSES = ("policy", "summary")
 TRAINABLE_STATUSES = ("ok", "truncated")  # truncated = finish_reason "length": the tokens were still sampled
 NAN = float("nan")
 
@@ -61,8 +67,10 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def skip_reason(call: CallRecord) -> str | None:
+def skip_reason(call: CallRecord, train_purposes: Sequence[str] = DEFAULT_TRAIN_PURPOSES) -> str | None:
     """Why ``call`` cannot be trained on (None when it can)."""
+    if call.purpose not in train_purposes:
+        return f"purpose {call.purpose} (not in samples.train_purposes)"
     if call.status not in TRAINABLE_STATUSES:
         return f"status {call.status}"
     if not call.prompt_ids:
@@ -78,12 +86,13 @@ def extends(fragment: Fragment, prompt: Sequence[int]) -> bool:
     return len(prompt) >= n and list(prompt[:n]) == fragment.input_ids
 
 
-def usable_calls(calls: Sequence[CallRecord]) -> tuple[list[CallRecord], list[SkippedCall]]:
+def usable_calls(calls: Sequence[CallRecord], train_purposes: Sequence[str] = DEFAULT_TRAIN_PURPOSES,
+                 ) -> tuple[list[CallRecord], list[SkippedCall]]:
     """The calls to train on in seq order, and the skipped ones with their reasons."""
     kept: list[CallRecord] = []
     skipped: list[SkippedCall] = []
     for call in sorted(calls, key=lambda c: c.seq):
-        reason = skip_reason(call)
+        reason = skip_reason(call, train_purposes)
         if reason is None:
             kept.append(call)
         else:
@@ -91,18 +100,22 @@ def usable_calls(calls: Sequence[CallRecord]) -> tuple[list[CallRecord], list[Sk
     return kept, skipped
 
 
-def fragments(calls: Sequence[CallRecord], mode: str = "prefix_merge") -> tuple[list[Fragment], list[SkippedCall]]:
+def fragments(calls: Sequence[CallRecord], mode: str = "prefix_merge",
+              train_purposes: Sequence[str] = DEFAULT_TRAIN_PURPOSES) -> tuple[list[Fragment], list[SkippedCall]]:
     """Split a rollout's calls into fragments (``per_call``: one per call; ``prefix_merge``: chains of calls
-    whose prompt starts with the current fragment's input_ids; a prompt that does not starts a new one)."""
+    whose prompt starts with the latest fragment of the same purpose; a prompt that does not starts a new one)."""
     check_mode(mode)
-    kept, skipped = usable_calls(calls)
+    kept, skipped = usable_calls(calls, train_purposes)
     out: list[Fragment] = []
+    latest: dict[str, Fragment] = {}
     for call in kept:
         prompt = call.prompt_ids or []
-        if mode == "prefix_merge" and out and extends(out[-1], prompt):
-            out[-1].add(call, prompt[len(out[-1].input_ids):])
+        current = latest.get(call.purpose)
+        if mode == "prefix_merge" and current is not None and extends(current, prompt):
+            current.add(call, prompt[len(current.input_ids):])
             continue
         fragment = Fragment()
         fragment.add(call, prompt)
         out.append(fragment)
+        latest[call.purpose] = fragment
     return out, skipped

@@ -38,44 +38,53 @@ class Previous:
 
 
 def call_to_row(call: CallRecord, request: dict[str, Any] | None, prompt_blob: bytes | None,
-                completion_blob: bytes | None, prompt_prefix_len: int = 0, messages_prefix_len: int = 0) -> tuple:
+                completion_blob: bytes | None, prompt_prefix_len: int = 0, messages_prefix_len: int = 0,
+                prefix_seq: int | None = None) -> tuple:
     """A CallRecord as a row tuple in CALL_COLUMNS order. ``request`` and ``prompt_blob`` are what is stored
-    (only the new messages / tokens when the matching prefix length is > 0)."""
+    (only the new messages / tokens when the matching prefix length is > 0, taken from call ``prefix_seq``)."""
     return (
         call.rollout_id, call.seq, call.endpoint, call.status, _dumps(request), _dumps(call.response),
         prompt_blob, completion_blob, encode_floats(call.logprobs), call.finish_reason, call.prompt_tokens,
         call.completion_tokens, call.http_status, call.error, int(call.streamed), call.retry_count,
         _dumps(call.client_headers), _dumps(call.sampling_overrides), call.t_start, call.t_first_byte,
         call.t_end, None if call.extends_previous is None else int(call.extends_previous), prompt_prefix_len,
-        messages_prefix_len,
+        messages_prefix_len, call.purpose, prefix_seq,
     )
 
 
-def _corrupt(row: sqlite3.Row, what: str) -> CorruptTraceError:
+def _corrupt(row: sqlite3.Row, what: str, base_seq: int) -> CorruptTraceError:
     return CorruptTraceError(f"call {row['rollout_id']}#{row['seq']}: its {what} prefix from call "
-                             f"#{row['seq'] - 1} cannot be rebuilt")
+                             f"#{base_seq} cannot be rebuilt")
+
+
+def _base_seq(row: sqlite3.Row) -> int:
+    """The call a delta-encoded row extends (``prefix_seq``; stores before version 5: the call before)."""
+    keys = row.keys()
+    return row["prefix_seq"] if "prefix_seq" in keys and row["prefix_seq"] is not None else row["seq"] - 1
 
 
 def rebuild(rows: list[sqlite3.Row]) -> list[tuple[bytes | None, dict[str, Any] | None]]:
     """Full (prompt blob, request) for one rollout's rows given in seq order, undoing the delta encoding."""
     out: list[tuple[bytes | None, dict[str, Any] | None]] = []
-    prev = Previous(-1, None, b"", None)
+    done: dict[int, Previous] = {}
     for row in rows:
         prompt, request = row["prompt_ids"], _loads(row["request_json"])
+        base_seq = _base_seq(row)
+        prev = done.get(base_seq)
         if row["prompt_prefix_len"]:
-            if prev.seq != row["seq"] - 1 or prev.prompt is None:
-                raise _corrupt(row, "prompt")
+            if prev is None or prev.prompt is None:
+                raise _corrupt(row, "prompt", base_seq)
             prefix = prev.prompt + prev.completion
             if len(prefix) != 4 * row["prompt_prefix_len"]:
-                raise _corrupt(row, "prompt")
+                raise _corrupt(row, "prompt", base_seq)
             prompt = prefix + (prompt or b"")
         if row["messages_prefix_len"]:
-            if prev.seq != row["seq"] - 1 or prev.messages is None or len(prev.messages) != row["messages_prefix_len"]:
-                raise _corrupt(row, "messages")
+            if prev is None or prev.messages is None or len(prev.messages) != row["messages_prefix_len"]:
+                raise _corrupt(row, "messages", base_seq)
             request["messages"] = prev.messages + request["messages"]
         out.append((prompt, request))
         messages = request.get("messages") if isinstance(request, dict) else None
-        prev = Previous(row["seq"], prompt, row["completion_ids"] or b"", messages)
+        done[row["seq"]] = Previous(row["seq"], prompt, row["completion_ids"] or b"", messages)
     return out
 
 
@@ -91,7 +100,7 @@ def row_to_call(row: sqlite3.Row, prompt_blob: bytes | None, request: dict[str, 
         retry_count=row["retry_count"], client_headers=_loads(row["client_headers"]) or {},
         sampling_overrides=_loads(row["sampling_overrides"]) or {}, t_start=row["t_start"],
         t_first_byte=row["t_first_byte"], t_end=row["t_end"],
-        extends_previous=_bool_or_none(row["extends_previous"]),
+        extends_previous=_bool_or_none(row["extends_previous"]), purpose=row["purpose"],
     )
 
 

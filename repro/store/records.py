@@ -53,6 +53,9 @@ def decode_floats(blob: bytes | None) -> list[float] | None:
     return packed.tolist()
 
 
+CALL_PURPOSES = ("policy", "auxiliary", "summary")  # what a call is for; harness side calls are not "policy"
+
+
 @dataclass
 class RolloutRecord:
     """One attempt at one task by one agent loop; the unit the trainer reads."""
@@ -101,4 +104,5 @@ class CallRecord:
     t_start: float = 0.0
     t_first_byte: float | None = None
     t_end: float | None = None
-    extends_previous: bool | None = None
+    extends_previous: bool | None = None  # prompt extends the previous call of the same purpose
+    purpose: str = "policy"  # "policy" | "auxiliary" (e.g. a title request) | "summary" (a condenser's call)

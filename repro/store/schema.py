@@ -6,9 +6,13 @@ leading tokens come from the previous call; storage then grows linearly with a r
 quadratically. Likewise, when a chat request's ``messages`` start with the previous call's messages,
 only the new messages are stored and ``messages_prefix_len`` counts the ones taken from the previous call.
 Readers rebuild full prompts and requests in sequence order (``codec.rebuild``).
+
+"Previous" means the rollout's previous call *of the same purpose* (``calls.purpose``: ``policy``, or
+``auxiliary`` / ``summary`` for a harness's side calls such as OpenCode's title request, which arrive
+between the agent's own calls); ``prefix_seq`` names it.
 """
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Rows are a few KB (request + token blobs): a rowid table on 16 KiB pages inserts them about twice as fast
 # as WITHOUT ROWID on 4 KiB pages (measured; see docs/architecture.md).
 PAGE_SIZE = 16384
@@ -62,6 +66,8 @@ CREATE TABLE IF NOT EXISTS calls (
     extends_previous   INTEGER,
     prompt_prefix_len  INTEGER NOT NULL DEFAULT 0,
     messages_prefix_len INTEGER NOT NULL DEFAULT 0,
+    purpose            TEXT NOT NULL DEFAULT 'policy',
+    prefix_seq         INTEGER,
     PRIMARY KEY (rollout_id, seq)
 );
 """
@@ -70,8 +76,14 @@ CALL_COLUMNS = (
     "rollout_id", "seq", "endpoint", "status", "request_json", "response_json", "prompt_ids",
     "completion_ids", "logprobs", "finish_reason", "prompt_tokens", "completion_tokens", "http_status",
     "error", "streamed", "retry_count", "client_headers", "sampling_overrides", "t_start", "t_first_byte",
-    "t_end", "extends_previous", "prompt_prefix_len", "messages_prefix_len",
+    "t_end", "extends_previous", "prompt_prefix_len", "messages_prefix_len", "purpose", "prefix_seq",
 )
+
+# Columns added after version 4, with their DDL, for stores written by an older version.
+ADDED_CALL_COLUMNS = {
+    "purpose": "TEXT NOT NULL DEFAULT 'policy'",
+    "prefix_seq": "INTEGER",
+}
 
 ROLLOUT_COLUMNS = (
     "rollout_id", "run_id", "task_id", "group_id", "loop_kind", "harness", "harness_version", "mode",

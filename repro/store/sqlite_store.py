@@ -14,7 +14,7 @@ import orjson
 from repro.store import drift
 from repro.store.codec import rebuild, rollout_to_row, row_to_call, row_to_rollout
 from repro.store.records import ROLLOUT_STATUSES, CallRecord, RolloutRecord
-from repro.store.schema import CALL_COLUMNS, DDL, PAGE_SIZE, ROLLOUT_COLUMNS, SCHEMA_VERSION
+from repro.store.schema import ADDED_CALL_COLUMNS, CALL_COLUMNS, DDL, PAGE_SIZE, ROLLOUT_COLUMNS, SCHEMA_VERSION
 
 _ROLLOUT_INSERT = (
     f"INSERT INTO rollouts ({', '.join(ROLLOUT_COLUMNS)}) VALUES ({', '.join('?' * len(ROLLOUT_COLUMNS))})"
@@ -46,8 +46,21 @@ def connect(config: TraceStoreConfig) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={config.synchronous.upper()}")
     conn.executescript(DDL)
+    _add_missing_columns(conn)
     conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
     return conn
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Bring a store written by an older version up to date (new columns only; their defaults fit old rows)."""
+    present = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
+    for name, ddl in ADDED_CALL_COLUMNS.items():
+        if name not in present:
+            try:
+                conn.execute(f"ALTER TABLE calls ADD COLUMN {name} {ddl}")
+            except sqlite3.OperationalError as exc:  # another process added it first
+                if "duplicate column" not in str(exc):
+                    raise
 
 
 class SqliteTraceStore:

@@ -21,8 +21,9 @@ from repro.store.schema import CALL_COLUMNS
 from repro.store.sqlite_store import TraceStoreConfig, connect
 
 _INSERT = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
-_UP_TO = ("SELECT rollout_id, seq, prompt_ids, completion_ids, request_json, prompt_prefix_len, messages_prefix_len "
-          "FROM calls WHERE rollout_id=? AND seq<=? ORDER BY seq")
+_UP_TO = ("SELECT rollout_id, seq, prompt_ids, completion_ids, request_json, prompt_prefix_len, messages_prefix_len, "
+          "prefix_seq FROM calls WHERE rollout_id=? AND seq<=? ORDER BY seq")
+_LAST_OF_PURPOSE = "SELECT max(seq) FROM calls WHERE rollout_id=? AND purpose=? AND seq<?"
 Done = Callable[[BaseException | None], None]
 _STOP = object()
 
@@ -35,7 +36,7 @@ class GroupCommitWriter:
         self._max_batch = max_batch
         self._cache_rollouts = cache_rollouts
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._last: OrderedDict[str, Previous] = OrderedDict()
+        self._last: OrderedDict[tuple[str, str], Previous] = OrderedDict()  # (rollout, purpose) -> last written
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self.commits = 0
@@ -136,7 +137,7 @@ class GroupCommitWriter:
         request = call.request
         messages = request.get("messages") if isinstance(request, dict) else None
         stored_prompt, prompt_prefix, stored_request, messages_prefix = prompt, 0, request, 0
-        previous = self._previous(conn, call.rollout_id, call.seq - 1) if call.seq > 0 else None
+        previous = self._previous(conn, call) if call.seq > 0 else None
         if previous is not None and prompt is not None and previous.prompt is not None:
             call.extends_previous = extends(previous.prompt, previous.completion, prompt)
             if call.extends_previous:
@@ -145,26 +146,29 @@ class GroupCommitWriter:
         if previous is not None and _extends_messages(previous.messages, messages):
             messages_prefix = len(previous.messages)
             stored_request = {**request, "messages": messages[messages_prefix:]}
-        self._remember(call.rollout_id, Previous(call.seq, prompt, completion or b"", messages))
-        return call_to_row(call, stored_request, stored_prompt, completion, prompt_prefix, messages_prefix)
+        self._remember((call.rollout_id, call.purpose), Previous(call.seq, prompt, completion or b"", messages))
+        base_seq = previous.seq if prompt_prefix or messages_prefix else None
+        return call_to_row(call, stored_request, stored_prompt, completion, prompt_prefix, messages_prefix, base_seq)
 
-    def _previous(self, conn: sqlite3.Connection, rollout_id: str, seq: int) -> Previous | None:
-        cached = self._last.get(rollout_id)
-        if cached is not None and cached.seq == seq:
+    def _previous(self, conn: sqlite3.Connection, call: CallRecord) -> Previous | None:
+        """The rollout's latest written call before ``call`` with the same purpose (None when there is none)."""
+        cached = self._last.get((call.rollout_id, call.purpose))
+        if cached is not None and cached.seq < call.seq:
             return cached
-        rows = conn.execute(_UP_TO, (rollout_id, seq)).fetchall()
-        if not rows or rows[-1]["seq"] != seq:
+        seq = conn.execute(_LAST_OF_PURPOSE, (call.rollout_id, call.purpose, call.seq)).fetchone()[0]
+        if seq is None:
             return None
+        rows = conn.execute(_UP_TO, (call.rollout_id, seq)).fetchall()
         prompt, request = rebuild(rows)[-1]
         messages = request.get("messages") if isinstance(request, dict) else None
         return Previous(seq, prompt, rows[-1]["completion_ids"] or b"", messages)
 
-    def _remember(self, rollout_id: str, previous: Previous) -> None:
-        cached = self._last.get(rollout_id)
+    def _remember(self, key: tuple[str, str], previous: Previous) -> None:
+        cached = self._last.get(key)
         if cached is not None and cached.seq > previous.seq:
             return
-        self._last[rollout_id] = previous
-        self._last.move_to_end(rollout_id)
+        self._last[key] = previous
+        self._last.move_to_end(key)
         while len(self._last) > self._cache_rollouts:
             self._last.popitem(last=False)
 

@@ -242,3 +242,22 @@ def test_rollout_sampling_metadata_overrides_the_mode(tmp_path, fake_upstream) -
         assert call.sampling_overrides == {"temperature": 0.0, "seed": 3}
         bad = httpx.post(f"{running.url}/rollouts", json={"rollout_id": "s4", "metadata": {"sampling": 5}})
         assert bad.status_code == 400 and running.store().get_rollout("s4") is None
+
+
+def test_purpose_route_records_side_calls_and_refuses_unknown_purposes(proxy: RunningProxy) -> None:
+    from repro.proxy import purpose_base_url
+
+    base = proxy.new_rollout("rp")
+    aux = purpose_base_url(base, "auxiliary")
+    assert aux.endswith("/rollouts/rp/purpose/auxiliary/v1")
+    assert _chat(base).status_code == 200
+    assert _chat(aux, stream=True).status_code == 200
+    assert _chat(purpose_base_url(base, "summary")).status_code == 200
+    bad = _chat(base.removesuffix("/v1") + "/purpose/title/v1")
+    assert bad.status_code == 404 and "unknown call purpose 'title'" in bad.text
+    calls = proxy.store().calls("rp")
+    assert [(c.seq, c.purpose, c.streamed) for c in calls] == [(0, "policy", False), (1, "auxiliary", True),
+                                                               (2, "summary", False)]
+    assert all(c.prompt_ids and c.completion_ids for c in calls)
+    with pytest.raises(ValueError, match="not a rollout base URL"):
+        purpose_base_url("http://x/v1", "auxiliary")

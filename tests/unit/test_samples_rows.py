@@ -155,3 +155,23 @@ def test_config_rejects_unknown_choices_and_lists_them() -> None:
         SampleConfig(scale_rewards="batch")
     with pytest.raises(ValueError, match="per_call, prefix_merge"):
         fragments([], "merge")
+
+
+def test_auxiliary_calls_are_skipped_and_do_not_break_the_agents_chain() -> None:
+    """A title request between the agent's calls: skipped by default (named), trained on only when asked, and in
+    neither case does it split the agent's own prefix-merged row."""
+    calls = [
+        CallRecord("r", 0, "chat", "ok", prompt_ids=[1, 2], completion_ids=[10], logprobs=[-0.1]),
+        CallRecord("r", 1, "chat", "ok", prompt_ids=[7, 8], completion_ids=[20], logprobs=[-0.2], purpose="auxiliary"),
+        CallRecord("r", 2, "chat", "ok", prompt_ids=[1, 2, 10, 3], completion_ids=[11], logprobs=[-0.3]),
+        CallRecord("r", 3, "chat", "ok", prompt_ids=[5], completion_ids=[30], logprobs=[-0.4], purpose="summary"),
+        CallRecord("r", 4, "chat", "ok", prompt_ids=[5, 30, 6], completion_ids=[12], logprobs=[-0.5]),
+    ]
+    parts, skipped = fragments(calls, "prefix_merge")
+    assert [p.call_seqs for p in parts] == [[0, 2], [3], [4]]  # the summary breaks the prefix; the title does not
+    assert [(s.seq, s.reason) for s in skipped] == [(1, "purpose auxiliary (not in samples.train_purposes)")]
+    parts, skipped = fragments(calls, "prefix_merge", ("policy", "summary", "auxiliary"))
+    assert [p.call_seqs for p in parts] == [[0, 2], [1], [3], [4]] and skipped == []
+    assert [p.call_seqs for p in fragments(calls, "prefix_merge", ("policy",))[0]] == [[0, 2], [4]]
+    with pytest.raises(ValueError, match="policy, auxiliary, summary"):
+        SampleConfig(train_purposes=("policy", "title"))

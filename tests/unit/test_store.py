@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -194,3 +195,46 @@ def test_run_drift_summary_counts_rollouts_with_breaks(tmp_path: Path) -> None:
     summary = store.run_drift_summary("run")
     assert (summary.rollouts, summary.calls, summary.comparable, summary.extending) == (2, 4, 2, 1)
     assert summary.rollouts_with_break == 1 and summary.extend_rate == 0.5
+
+
+def test_side_calls_between_agent_calls_keep_its_prefix_chain(tmp_path: Path) -> None:
+    """Drift and delta encoding compare a call with the previous call *of its purpose*: an auxiliary call in
+    between neither counts as drift nor stops the agent's prompt being stored as a suffix; all read back whole."""
+    config = TraceStoreConfig(path=str(tmp_path / "t.sqlite"))
+    writer = GroupCommitWriter(config)
+    agent = [list(range(100)), [*range(100), 500, 501, 7], [*range(100), 500, 501, 7, 502, 8]]
+    writer.write_sync(CallRecord("r", 0, "chat", "ok", prompt_ids=agent[0], completion_ids=[500, 501]))
+    writer.write_sync(CallRecord("r", 1, "chat", "ok", prompt_ids=[9, 9, 9], completion_ids=[600],
+                                 purpose="auxiliary"))
+    writer.write_sync(CallRecord("r", 2, "chat", "ok", prompt_ids=agent[1], completion_ids=[502]))
+    writer.close()
+    writer = GroupCommitWriter(config)  # no cache: the base call is found in the database
+    writer.write_sync(CallRecord("r", 3, "chat", "ok", prompt_ids=[9, 9, 9, 600, 1], completion_ids=[601],
+                                 purpose="auxiliary"))
+    writer.write_sync(CallRecord("r", 4, "chat", "ok", prompt_ids=agent[2], completion_ids=[503]))
+    writer.close()
+    store = open_store(config.path)
+    calls = store.calls("r")
+    assert [c.prompt_ids for c in calls] == [agent[0], [9, 9, 9], agent[1], [9, 9, 9, 600, 1], agent[2]]
+    assert [c.purpose for c in calls] == ["policy", "auxiliary", "policy", "auxiliary", "policy"]
+    assert [c.extends_previous for c in calls] == [None, None, True, True, True]
+    assert store.drift_summary("r").breaks == 0
+    assert store.stored_token_bytes() < 4 * (sum(map(len, agent)) + 3)  # the agent's prompts went in as suffixes
+
+
+def test_store_from_before_call_purposes_is_upgraded(tmp_path: Path) -> None:
+    """A version-4 store (no purpose / prefix_seq columns) opens, reads back, and takes new calls."""
+    path = tmp_path / "old.sqlite"
+    writer = GroupCommitWriter(TraceStoreConfig(path=str(path)))
+    writer.write_sync(CallRecord("r", 0, "chat", "ok", prompt_ids=[1, 2], completion_ids=[3]))
+    writer.write_sync(CallRecord("r", 1, "chat", "ok", prompt_ids=[1, 2, 3, 4], completion_ids=[5]))
+    writer.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE calls DROP COLUMN purpose")
+        conn.execute("ALTER TABLE calls DROP COLUMN prefix_seq")
+    writer = GroupCommitWriter(TraceStoreConfig(path=str(path)))
+    writer.write_sync(CallRecord("r", 2, "chat", "ok", prompt_ids=[1, 2, 3, 4, 5, 6], completion_ids=[7]))
+    writer.close()
+    calls = open_store(path).calls("r")
+    assert [c.prompt_ids for c in calls] == [[1, 2], [1, 2, 3, 4], [1, 2, 3, 4, 5, 6]]
+    assert {c.purpose for c in calls} == {"policy"}
