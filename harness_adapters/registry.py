@@ -1,7 +1,9 @@
 """Harnesses by name: a lazy name -> import-path map, so a harness's code loads only when it is chosen.
 
 A harness may have another implementation per major version (mini-SWE-agent 1.x has another CLI than 2.x):
-``get_harness`` picks it from the config's ``version``."""
+``get_harness`` picks it from the config's ``version``. Before anything is installed, ``get_harness`` checks
+the version (``versions.check_version``): an exact release, of a major version this registry has an adapter
+for, that exists on the package's index."""
 
 from __future__ import annotations
 
@@ -10,16 +12,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness_adapters.versions import PackageRef, check_version
 from repro.protocols import Harness
 
 
 @dataclass(frozen=True)
 class HarnessEntry:
     """Where a harness implementation and its config dataclass live (``module:attribute``); ``by_major`` maps
-    a major version (``"1"``) to the implementation for it, else ``harness``."""
+    a major version (``"1"``) to the implementation for it, else ``harness``. ``package`` is what ``version``
+    pins (on PyPI or npm); ``tested`` maps each supported major version to the release the tests run."""
 
     harness: str
     config: str
+    package: PackageRef
+    tested: dict[str, str]
     by_major: dict[str, str] = field(default_factory=dict)
 
 
@@ -27,7 +33,21 @@ HARNESSES: dict[str, HarnessEntry] = {
     "mini-swe-agent": HarnessEntry(
         harness="harness_adapters.mini_swe_agent_pool:MiniSweAgentHarness",
         config="harness_adapters.mini_swe_agent:MiniSweAgentConfig",
+        package=PackageRef("pypi", "mini-swe-agent"),
+        tested={"1": "1.17.5", "2": "2.4.6"},
         by_major={"1": "harness_adapters.mini_swe_agent_v1:MiniSweAgentV1Harness"},
+    ),
+    "opencode": HarnessEntry(
+        harness="harness_adapters.opencode:OpenCodeHarness",
+        config="harness_adapters.opencode:OpenCodeConfig",
+        package=PackageRef("npm", "opencode-ai"),
+        tested={"1": "1.18"},
+    ),
+    "openhands": HarnessEntry(
+        harness="harness_adapters.openhands:OpenHandsHarness",
+        config="harness_adapters.openhands:OpenHandsConfig",
+        package=PackageRef("pypi", "openhands-sdk"),
+        tested={"1": "1.58.2"},
     ),
 }
 
@@ -68,11 +88,27 @@ def harness_config(name: str, cfg: Any = None) -> Any:
     raise TypeError(f"config for harness {name!r} must be {config_cls.__name__} or a mapping, got {type(cfg).__name__}")
 
 
-def get_harness(name: str, cfg: Any = None, **kwargs: Any) -> Harness:
-    """Build the harness ``name`` from ``cfg`` (the implementation for its ``version``); extra keyword arguments
-    go to its constructor (e.g. workers)."""
+def name_for_config(cfg: Any) -> str:
+    """The registry name whose config dataclass ``cfg`` is (so a Hydra ``harness=`` choice names its harness)."""
+    for name, entry in HARNESSES.items():
+        module, _, attribute = entry.config.partition(":")
+        if type(cfg).__module__ == module and type(cfg).__name__ == attribute:
+            return name
+    raise UnknownHarnessError(f"{type(cfg).__name__} is not the config of any registered harness "
+                              f"({', '.join(harness_names())}); pass harness_name")
+
+
+def get_harness(name: str | None, cfg: Any = None, *, check: bool = True, **kwargs: Any) -> Harness:
+    """Build the harness ``name`` (None: the one ``cfg`` configures) from ``cfg``, with the implementation for its
+    ``version`` after checking that version (``check=False`` skips it); extra keyword arguments go to its
+    constructor (e.g. workers)."""
+    name = name_for_config(cfg) if name is None else canonical_name(name)
     config = harness_config(name, cfg)
-    return harness_class(name, getattr(config, "version", None))(config, **kwargs)
+    version = getattr(config, "version", None)
+    if check and version is not None:
+        entry = HARNESSES[name]
+        check_version(name, str(version), entry.package, entry.tested)
+    return harness_class(name, version)(config, **kwargs)
 
 
 def _load(path: str) -> Any:

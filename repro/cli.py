@@ -8,6 +8,10 @@ from pathlib import Path
 
 
 def _run(args: argparse.Namespace) -> None:
+    from repro.multirun import is_multirun, multirun
+
+    if args.multirun or is_multirun(args.overrides):
+        return multirun(args.overrides)
     from repro.runner import run
 
     run(args.overrides)
@@ -39,7 +43,9 @@ def _proxy(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="repro", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run an experiment (Hydra overrides, e.g. experiment=bench_proxy)")
+    run = sub.add_parser("run", help="run an experiment (Hydra overrides, e.g. experiment=bench_proxy); "
+                                     "-m/--multirun sweeps comma-separated values (experiment=harness_sweep)")
+    run.add_argument("-m", "--multirun", action="store_true", help="a Hydra multirun: one run per combination")
     run.add_argument("overrides", nargs="*")
     run.set_defaults(func=_run)
     table = sub.add_parser("table", help="rebuild results/ tables from runs' metrics.json")

@@ -1,7 +1,8 @@
 """`repro run`: compose the Hydra config, make a run directory, call the experiment's job.
 
 A run directory holds the resolved config (``config.yaml``), ``manifest.json`` (versions, git SHA,
-hardware) and whatever the job writes (``traces.sqlite``, ``metrics.json``, ...).
+hardware) and whatever the job writes (``traces.sqlite``, ``metrics.json``, ...). ``repro run -m ...`` is a
+Hydra multirun (``repro.multirun``): one run directory per job of the sweep, through Hydra's launcher.
 """
 
 from __future__ import annotations
@@ -30,10 +31,7 @@ def experiment_names() -> list[str]:
 
 def compose_config(overrides: list[str]) -> DictConfig:
     """The composed config for ``overrides``; an unknown experiment lists the known ones."""
-    for item in overrides:
-        if item.startswith("experiment=") and item.split("=", 1)[1] not in experiment_names():
-            raise SystemExit(f"unknown experiment {item.split('=', 1)[1]!r}; choose one of {experiment_names()} "
-                             f"(files in {CONFIG_DIR / 'experiment'})")
+    check_experiment(overrides)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
             cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
@@ -94,10 +92,22 @@ def make_run_dir(cfg: DictConfig) -> Path:
     return run_dir
 
 
+def check_experiment(overrides: list[str]) -> None:
+    """SystemExit listing the known experiments when ``experiment=NAME`` names none of them."""
+    for item in overrides:
+        if item.startswith("experiment=") and item.split("=", 1)[1] not in experiment_names():
+            raise SystemExit(f"unknown experiment {item.split('=', 1)[1]!r}; choose one of {experiment_names()} "
+                             f"(files in {CONFIG_DIR / 'experiment'})")
+
+
 def run(overrides: list[str]) -> Path:
     """Compose, record, run; returns the run directory."""
     cfg = compose_config(overrides)
-    run_dir = make_run_dir(cfg)
+    return run_configured(cfg, make_run_dir(cfg), overrides)
+
+
+def run_configured(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Path:
+    """Record ``cfg`` and provenance in ``run_dir``, then call the experiment's job there."""
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     (run_dir / "overrides.txt").write_text("\n".join(overrides) + "\n")
     (run_dir / "manifest.json").write_text(json.dumps(manifest(), indent=2))
@@ -113,11 +123,13 @@ def run(overrides: list[str]) -> Path:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
+    from harness_adapters.envs import HarnessEnvError
     from harness_adapters.registry import UnknownHarnessError
+    from harness_adapters.versions import HarnessVersionError
     from repro.sandbox.repos import RepoError
     from repro.tasks.loaders import TaskSourceError
 
-    return (TaskSourceError, UnknownHarnessError, RepoError, SystemExit)
+    return (TaskSourceError, UnknownHarnessError, HarnessVersionError, HarnessEnvError, RepoError, SystemExit)
 
 
 USER_ERRORS = _user_errors()

@@ -62,6 +62,7 @@ class EvalConfig:
     retry_infra: bool = False
     checkpoint: str | None = None  # a transformers checkpoint dir; None = the tiny model built from `model`
     extra_sampling: dict[str, Any] = field(default_factory=dict)
+    layout: str = "rows"  # how `repro table` lays out this table: rows | matrix (harness x task distribution)
 
 
 def load_task_set(tasks: TaskDistributionConfig | TaskFileConfig) -> tuple[str, list[Task]]:
@@ -79,7 +80,8 @@ def build_spec(harness_identity: dict[str, Any], name: str, tasks: list[Task], h
         harness=HarnessSpec.from_identity(harness_identity),
         tasks=TaskSetSpec.from_tasks(name, tasks),
         sampling=SamplingSpec(ev.temperature, ev.top_p, ev.max_tokens, ev.seed),
-        limits=LimitsSpec(harness_cfg.step_limit, float(harness_cfg.wall_time_limit_s)),
+        limits=LimitsSpec(int(getattr(harness_cfg, "step_limit", 0) or 0),
+                          float(getattr(harness_cfg, "wall_time_limit_s", 0) or 0)),
         sandbox=SandboxSpec("local", sandbox.test_timeout_s, sandbox.limits.cpu_s, sandbox.limits.memory_mb,
                             sandbox.limits.file_size_mb),
         k=ev.k, seeds={} if task_seed is None else {"tasks": task_seed},
@@ -120,7 +122,7 @@ def run_frozen_eval(phase_dir: Path, store_path: Path, spec: EvalSpec, ev: EvalC
 
 def evaluate_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: Any,
                  tasks: TaskDistributionConfig | TaskFileConfig, sandbox: LocalSandboxConfig, eval: EvalConfig,
-                 harness_name: str, run_dir: Path) -> dict[str, Any]:
+                 harness_name: str | None, run_dir: Path) -> dict[str, Any]:
     """Evaluate the model under a frozen spec in the real harness; writes the run records and prints the table."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # swebench's import turns on INFO logging globally
     run_dir, started, cpu0 = Path(run_dir), time.time(), _cpu_seconds()
@@ -139,7 +141,7 @@ def evaluate_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Proxy
     cost = Cost(cpu_h={"evaluation": (_cpu_seconds() - cpu0) / 3600})
     metrics = eval_metrics(reports, spec, eval.experiment, model_name, cost=cost, started_at=started,
                            durations_s={"evaluation": time.time() - started}, extra={"samples_run_now": ran})
-    metrics["run_dir"] = str(run_dir)
+    metrics["run_dir"], metrics["layout"] = str(run_dir), eval.layout
     write_metrics(run_dir, metrics)
     print(run_markdown(metrics), flush=True)
     return metrics

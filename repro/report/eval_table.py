@@ -137,12 +137,18 @@ def table_file_stem(name: str) -> str:
 
 
 def write_eval_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
-    """One ``<table>.md`` and ``<table>.csv`` per table name among ``runs``; returns the files written."""
+    """One ``<table>.md`` and ``<table>.csv`` per table name among ``runs`` (a harness x task matrix when its newest
+    run asks for ``layout: matrix``); returns the files written."""
+    from repro.report.sweep import write_sweep_table
+
     by_table: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         by_table.setdefault(run.get("table") or run["experiment"], []).append(run)
     written = []
     for name, table_runs in sorted(by_table.items()):
+        if table_runs[-1].get("layout") == "matrix":
+            written += write_sweep_table(name, table_runs, results)
+            continue
         rows = select_rows(table_runs)
         md, csv = results / f"{table_file_stem(name)}.md", results / f"{table_file_stem(name)}.csv"
         md.write_text(eval_markdown(name, rows))

@@ -18,6 +18,7 @@ from harness_adapters.registry import (
     harness_class,
     harness_config,
     harness_names,
+    name_for_config,
 )
 
 VERSIONS = {"mini-swe-agent": "2.4.6", "litellm": "1.110.2", "openai": "3.57.0"}
@@ -37,17 +38,19 @@ def fake_mini_env(tmp_path: Path) -> HarnessEnv:
 
 
 def test_every_entry_resolves() -> None:
-    assert harness_names() == ["mini-swe-agent"]
+    assert harness_names() == ["mini-swe-agent", "opencode", "openhands"]
     for name in HARNESSES:
         assert harness_class(name).name == name
-        assert harness_config(name) == MiniSweAgentConfig()
+        config = harness_config(name)
+        assert name_for_config(config) == name
+    assert harness_config("mini-swe-agent") == MiniSweAgentConfig()
 
 
 def test_unknown_name_lists_the_choices() -> None:
     with pytest.raises(UnknownHarnessError) as info:
-        get_harness("opencode", None)
+        get_harness("aider", None)
     message = str(info.value)
-    assert "'opencode'" in message and "mini-swe-agent" in message
+    assert "'aider'" in message and "mini-swe-agent, opencode, openhands" in message
     assert isinstance(info.value, ValueError)
 
 

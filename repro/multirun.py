@@ -1,0 +1,58 @@
+"""`repro run -m ...`: a Hydra multirun. Each job of the sweep is one ordinary run (``runner.run_configured``)
+in its own directory ``<output_root>/<experiment>/<time>/<job number>``, started by Hydra's launcher: the basic
+one (in turn, in this process) unless ``hydra/launcher=`` picks another (``joblib_local``: local processes;
+``slurm``: submitit on a SLURM cluster). The sweep's own settings (directories, callbacks) are under ``hydra:``
+in ``experiments/config.yaml`` and the experiment's file."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+from repro.runner import CONFIG_DIR, check_experiment, run_configured
+
+MULTIRUN_FLAGS = ("-m", "--multirun")
+ERROR_FILE = "error.json"
+
+
+def is_multirun(args: list[str]) -> bool:
+    return any(a in MULTIRUN_FLAGS for a in args)
+
+
+def sweep_job(cfg: DictConfig) -> str:
+    """One job of the sweep: its run directory is Hydra's output directory for it. A job that fails (a bad
+    harness version, a crash) writes ``error.json`` there and the sweep goes on; the sweep's end lists it."""
+    hydra_cfg = HydraConfig.get()
+    with open_dict(cfg):
+        cfg.run.name = cfg.run.name or hydra_cfg.runtime.choices.get("experiment")
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    overrides = list(hydra_cfg.overrides.task)
+    try:
+        return str(run_configured(cfg, run_dir, overrides))
+    except (Exception, SystemExit) as exc:  # recorded, then the next job runs
+        message = str(exc) if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+        record = {"job": hydra_cfg.job.num, "overrides": overrides, "error": message,
+                  "traceback": "" if isinstance(exc, SystemExit) else traceback.format_exc()}
+        (run_dir / ERROR_FILE).write_text(json.dumps(record, indent=2))
+        print(f"sweep job #{hydra_cfg.job.num} failed: {message}", file=sys.stderr, flush=True)
+        return f"failed: {message}"
+
+
+def multirun(args: list[str]) -> None:
+    """Run Hydra's multirun over ``args`` (overrides, with or without ``-m``)."""
+    overrides = [a for a in args if a not in MULTIRUN_FLAGS]
+    check_experiment(overrides)
+    main = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(sweep_job)
+    saved = sys.argv
+    sys.argv = ["repro", "--multirun", *overrides]
+    try:
+        main()
+    finally:
+        sys.argv = saved

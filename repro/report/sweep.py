@@ -1,0 +1,136 @@
+"""The harness x task-distribution matrix of a sweep (eval runs with ``layout: matrix``).
+
+One cell per (harness@version, task distribution): its newest run. Every cell has its own frozen fingerprint
+(the harness is part of the spec), so the cells are separate evaluations of one model; the table warns when the
+cells evaluated different models or a cell is incomplete. A Hydra callback prints the matrix of a sweep when its
+last job ends and writes it beside the runs (``sweep.md``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from repro.report.eval_table import _pct, table_file_stem
+
+_SHORT = 8
+
+
+def newest_cells(runs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(harness, task distribution) -> its newest run."""
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for run in sorted(runs, key=lambda r: r.get("started_at", 0)):
+        cells[(run["harness"], run["task_distribution"])] = run
+    return cells
+
+
+def cell_text(run: dict[str, Any]) -> str:
+    """``44.0% [34.7, 53.8] n=50`` (+ infra failures, incomplete)."""
+    ci = run["ci"]
+    text = f"{_pct(run['pass_at_1'])} [{_pct(ci['low']).rstrip('%')}, {_pct(ci['high'])}] n={run['n_tasks']}"
+    if run["counts"]["infra_failures"]:
+        text += f", {run['counts']['infra_failures']} infra failures"
+    return text if run.get("complete", True) else text + " (incomplete)"
+
+
+def matrix_frame(cells: dict[tuple[str, str], dict[str, Any]]) -> pd.DataFrame:
+    """Rows: harness@version; columns: task distributions; "-" where the sweep has no run."""
+    harnesses = sorted({h for h, _ in cells})
+    tasks = sorted({t for _, t in cells})
+    rows = [{"harness": h, **{t: cell_text(cells[(h, t)]) if (h, t) in cells else "-" for t in tasks}}
+            for h in harnesses]
+    return pd.DataFrame(rows, columns=["harness", *tasks])
+
+
+def cells_frame(cells: dict[tuple[str, str], dict[str, Any]]) -> pd.DataFrame:
+    """One row per cell with its numbers and provenance (also the CSV)."""
+    return pd.DataFrame([{
+        "harness": h, "tasks": t, "model": r.get("model", ""), "n_tasks": r["n_tasks"], "k": r.get("k", 1),
+        "pass_at_1": r["pass_at_1"], "ci_low": r["ci"]["low"], "ci_high": r["ci"]["high"],
+        "ci_method": r["ci"]["method"], "strict_pass_at_1": r["strict_pass_at_1"],
+        "infra_failures": r["counts"]["infra_failures"], "cpu_h": r["cost"]["cpu_h_total"],
+        "gpu_h": r["cost"]["gpu_h_total"], "wall_s": round(r.get("finished_at", 0) - r.get("started_at", 0)),
+        "fingerprint": r["fingerprint"][:_SHORT], "run_dir": r.get("run_dir", ""),
+    } for (h, t), r in sorted(cells.items())])
+
+
+def _formatted(frame: pd.DataFrame) -> pd.DataFrame:
+    """Floats as 3-decimal strings (so a numeric-looking fingerprint stays text in the markdown)."""
+    return frame.apply(lambda col: col.map(lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)))
+
+
+def sweep_warnings(cells: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    models = sorted({r.get("model", "") for r in cells.values()})
+    out = [f"**NOT ONE MODEL**: the cells evaluated {len(models)} models ({', '.join(models)})."] if len(models) > 1 \
+        else []
+    out += [f"{h} on {t} is incomplete." for (h, t), r in sorted(cells.items()) if not r.get("complete", True)]
+    return out
+
+
+def sweep_markdown(name: str, runs: list[dict[str, Any]]) -> str:
+    cells = newest_cells(runs)
+    models = sorted({r.get("model", "") for r in cells.values()})
+    lines = [f"# {name}", ""]
+    lines += [f"> WARNING: {w}\n" for w in sweep_warnings(cells)]
+    lines += [
+        f"One model (`{', '.join(models)}`) under frozen evaluation in each harness version x task distribution. "
+        "Cell: Pass@1 (mean over tasks of the per-task mean over k samples) with its 95% interval and the number of "
+        "tasks in the denominator; infrastructure failures (crashed harness, grader error/timeout) are left out of "
+        "the denominator and counted in the cell. Each cell is its own frozen spec (fingerprint below).",
+        "",
+        matrix_frame(cells).to_markdown(index=False, disable_numparse=True),
+        "",
+        "## Cells",
+        "",
+        _formatted(cells_frame(cells).drop(columns=["run_dir"])).to_markdown(index=False, disable_numparse=True),
+        "",
+        "Sources: " + ", ".join(f"`{r.get('run_dir', '?')}`" for _, r in sorted(cells.items()))
+        + " · built by `repro table`.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_sweep_table(name: str, runs: list[dict[str, Any]], results: Path) -> list[Path]:
+    md, csv = results / f"{table_file_stem(name)}.md", results / f"{table_file_stem(name)}.csv"
+    md.write_text(sweep_markdown(name, runs))
+    cells_frame(newest_cells(runs)).to_csv(csv, index=False)
+    return [md, csv]
+
+
+def failed_jobs(sweep_dir: Path) -> list[dict[str, Any]]:
+    """The ``error.json`` records of the sweep's failed jobs, by job number."""
+    from repro.multirun import ERROR_FILE
+
+    records = [json.loads(p.read_text()) for p in sweep_dir.glob(f"*/{ERROR_FILE}")]
+    return sorted(records, key=lambda r: r["job"])
+
+
+def failures_markdown(failed: list[dict[str, Any]]) -> str:
+    lines = ["## Failed jobs (no cell)", ""]
+    lines += [f"- #{r['job']} `{' '.join(r['overrides'])}`: {r['error']}" for r in failed]
+    return "\n".join(lines) + "\n"
+
+
+class SweepTableCallback(Callback):
+    """At the end of a Hydra multirun: the matrix of this sweep's runs, printed and written to ``sweep.md``;
+    failed jobs are listed under it and make the command exit non-zero."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from repro.report.tables import find_metrics
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        runs = [{**m, "run_dir": m.get("run_dir", str(p.parent))} for p, m in find_metrics(sweep_dir)
+                if m.get("kind") == "eval"]
+        failed = failed_jobs(sweep_dir)
+        text = sweep_markdown(runs[-1].get("table") or runs[-1]["experiment"], runs) if runs else \
+            f"# sweep {sweep_dir}\n\nNo finished runs (no metrics.json).\n"
+        if failed:
+            text += "\n" + failures_markdown(failed)
+        (sweep_dir / "sweep.md").write_text(text)
+        print(text, flush=True)
+        if failed:
+            raise SystemExit(f"{len(failed)} of {len(failed) + len(runs)} sweep jobs failed (see {sweep_dir}/sweep.md)")

@@ -1,0 +1,79 @@
+"""The harness x task-distribution matrix: newest run per cell, honest warnings, routed by `layout: matrix`;
+and the sweep's Hydra config (directories, callback, launchers) composes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from repro.report.sweep import matrix_frame, newest_cells, sweep_markdown
+from repro.report.tables import write_tables
+from repro.runner import CONFIG_DIR
+
+
+def cell(harness: str, tasks: str, p: float, started: float, model: str = "policy", infra: int = 0) -> dict[str, Any]:
+    return {"kind": "eval", "experiment": "harness_sweep", "table": "harness_sweep", "layout": "matrix",
+            "harness": harness, "task_distribution": tasks, "model": model, "n_tasks": 50, "k": 2,
+            "pass_at_1": p, "strict_pass_at_1": p, "ci": {"low": p / 2, "high": min(1.0, p * 1.5), "method": "wilson",
+                                                          "confidence": 0.95},
+            "counts": {"infra_failures": infra}, "cost": {"cpu_h_total": 0.1, "gpu_h_total": 0.0},
+            "fingerprint": f"{abs(hash((harness, tasks))):016x}", "spec": {"harness": {"name": harness}},
+            "started_at": started, "finished_at": started + 30, "complete": True}
+
+
+def test_matrix_has_one_cell_per_harness_and_distribution_newest_wins() -> None:
+    runs = [cell("mini-swe-agent@2.4.6", "brief", 0.40, 1), cell("mini-swe-agent@2.4.6", "brief", 0.44, 2),
+            cell("mini-swe-agent@1.17.5", "brief", 0.02, 3, infra=3), cell("mini-swe-agent@2.4.6", "full", 0.1, 4)]
+    cells = newest_cells(runs)
+    assert len(cells) == 3 and cells[("mini-swe-agent@2.4.6", "brief")]["pass_at_1"] == 0.44
+    frame = matrix_frame(cells)
+    assert list(frame.columns) == ["harness", "brief", "full"]
+    assert list(frame["harness"]) == ["mini-swe-agent@1.17.5", "mini-swe-agent@2.4.6"]
+    assert frame.loc[0, "brief"] == "2.0% [1.0, 3.0%] n=50, 3 infra failures"
+    assert frame.loc[0, "full"] == "-"  # never run: not a zero
+    assert frame.loc[1, "brief"].startswith("44.0% [22.0, 66.0%]")
+    assert "WARNING" not in sweep_markdown("harness_sweep", runs)
+
+
+def test_cells_of_different_models_are_flagged() -> None:
+    runs = [cell("a@1.0.0", "t", 0.5, 1, model="policy"), cell("b@1.0.0", "t", 0.5, 2, model="other")]
+    assert "**NOT ONE MODEL**: the cells evaluated 2 models (other, policy)" in sweep_markdown("s", runs)
+
+
+def test_repro_table_lays_out_matrix_runs_as_a_matrix(tmp_path: Path) -> None:
+    for i, run in enumerate([cell("a@1.0.0", "t1", 0.5, 1), cell("a@2.0.0", "t2", 0.25, 2)]):
+        run_dir = tmp_path / "outputs" / "harness_sweep" / "x" / str(i)
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.json").write_text(json.dumps(run))
+    written = write_tables(tmp_path / "outputs", tmp_path / "results")
+    assert {p.name for p in written} == {"harness_sweep.md", "harness_sweep.csv"}
+    md = (tmp_path / "results" / "harness_sweep.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| harness"))
+    assert [c.strip() for c in header.strip("|").split("|")][:3] == ["harness", "t1", "t2"]
+    assert "50.0% [25.0, 75.0%] n=50" in md and "25.0% [12.5, 37.5%] n=50" in md
+
+
+def _hydra(overrides: list[str]) -> Any:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+
+
+def test_sweep_config_names_its_directory_and_callback() -> None:
+    cfg = _hydra(["experiment=harness_sweep", "run.output_root=/tmp/o"])
+    assert cfg.hydra.callbacks.sweep_table._target_ == "repro.report.sweep.SweepTableCallback"
+    assert cfg.eval.layout == "matrix" and cfg.job.harness_name is None
+
+
+@pytest.mark.parametrize(("launcher", "target", "setting"), [
+    ("joblib_local", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", ("n_jobs", 2)),
+    ("slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher", ("gpus_per_node", 1)),
+])
+def test_launcher_configs_compose(launcher: str, target: str, setting: tuple[str, int]) -> None:
+    pytest.importorskip(target.rsplit(".", 2)[0])
+    cfg = _hydra(["experiment=harness_sweep", f"hydra/launcher={launcher}"])
+    assert cfg.hydra.launcher._target_ == target
+    assert cfg.hydra.launcher[setting[0]] == setting[1]
