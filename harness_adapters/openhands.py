@@ -1,0 +1,407 @@
+"""OpenHands (the V1 SDK: ``openhands-sdk`` + ``openhands-tools``, pin 1.58.2) behind the ``Harness`` contract.
+
+``openhands-ai`` is only the web app; what runs headless, unmodified and without Docker is the SDK that OpenHands'
+own benchmarks drive. Each rollout is one process of the harness env's Python (>= 3.12)::
+
+    <env>/bin/python -P harness_adapters/openhands_runner.py <out>/spec.json
+
+run with cwd=<workdir>, stdin=/dev/null, its own session, a clean environment (isolated HOME/XDG dirs, dummy API
+key, ``LITELLM_LOCAL_MODEL_COST_MAP=True``, no telemetry variables) and its own ``TMUX_TMPDIR``: the terminal tool
+starts a tmux server (it daemonizes, so the process group does not hold it); after the run, every server under
+that dir is killed with its process tree. See ``openhands_runner`` for what runs inside.
+
+Findings (1.58.2, read from the installed source and watched through the proxy):
+
+- Wire: LiteLLM 1.105.7 -> OpenAI SDK 2.26.0, non-streaming ``POST <base_url>/chat/completions`` with ``model``,
+  ``messages`` (content as lists of text parts; the assistant turn as ``tool_calls`` with ``content: null``),
+  ``tools`` (terminal, file_editor, task_tracker, finish, think; ~17 KB of JSON, each with a ``security_risk``
+  argument), ``prompt_cache_key`` (the conversation id) and ``reasoning_effort: "high"``; ``max_completion_tokens``
+  only when set; ``temperature`` only with ``supports_sampling_params`` (see ``OpenHandsConfig``). System prompt
+  ~15 KB, static (no date); the first prompt is ~20.5k tokens of the tiny byte-level tokenizer (the test model
+  needs ``max_position_embeddings`` > 8192).
+- Ends: a ``finish`` call -> ``finished``; a reply without tool calls also ends the run as finished; the iteration
+  cap -> ``MaxIterationsReached`` (status error); the stuck detector (4 identical steps, or 3 empty replies) ->
+  ``stuck``; an LLM error after retries -> ``ConversationRunError``. A condensation is one iteration of its own.
+- Condenser: the default agent's is ``LLMSummarizingCondenser(max_size=80, keep_first=4)`` on a copy of its LLM.
+  It summarizes when the view holds more than ``max_size`` events (system prompt, task, then one action and one
+  observation per step), with one call without tools (a system + a user message) and the agent continues from
+  system prompt + kept events + summary: the next prompt does not extend the last one. Here its LLM points at the
+  proxy's ``summary`` purpose URL, so that call is recorded as ``purpose=summary``.
+- Network: nothing but ``base_url`` with the env below (observability is off without ``LMNR_*`` / ``OTEL_*``
+  variables; the model-info lookup only queries ``litellm_proxy/`` models; the browser tool is not loaded in CLI
+  mode). Start-up costs ~5 CPU-s (imports): one process per rollout is ~6-8 s of overhead on this machine.
+- The runner lives beside this module, whose name would shadow the SDK's ``openhands`` package: ``python -P``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from harness_adapters.envs import HarnessEnv, HarnessEnvError, ensure_harness_env
+from harness_adapters.processes import (
+    TAIL_CHARS,
+    ProcessOutcome,
+    kill_processes_under,
+    kill_tree,
+    last_line,
+    run_in_session,
+    tail,
+)
+from harness_adapters.versions import nearest
+from repro.protocols import HarnessResult, HarnessRollout
+from repro.proxy import purpose_base_url
+
+__all__ = ["DEFAULT_VERSION", "NAME", "OpenHandsConfig", "OpenHandsHarness", "ensure_openhands_env", "find_python"]
+
+NAME = "openhands"
+DEFAULT_VERSION = "1.58.2"
+MIN_PYTHON = (3, 12)
+# LiteLLM and the OpenAI SDK decide what goes over the wire: pinned with the harness (what 1.58.2 resolves to).
+PINNED_PACKAGES: dict[str, list[str]] = {
+    "1.58.2": ["openhands-sdk==1.58.2", "openhands-tools==1.58.2", "litellm==1.105.7", "openai==2.26.0"],
+}
+WIRE_PACKAGES = ("openhands-sdk", "openhands-tools", "litellm", "openai")
+DEFAULT_TOOLS = ("terminal", "file_editor", "task_tracker", "finish", "think")  # get_default_agent(cli_mode=True)
+ADAPTER_LOG_NAME = "harness_run.json"
+RESULT_NAME = "result.json"  # written by the runner
+RUNNER = Path(__file__).with_name("openhands_runner.py")
+DUMMY_API_KEY = "sk-repro-dummy"
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+FINISHED_EXIT_STATUSES = ("finished", "max_iterations", "stuck")
+# SDK files that render what the model sees (system prompt sections, tool descriptions, condenser prompts),
+# relative to site-packages; hashed into the identity with the runner.
+PROMPT_FILE_GLOBS = (
+    "openhands/sdk/context/prompts/**/*.py", "openhands/sdk/context/prompts/**/*.j2",
+    "openhands/sdk/context/condenser/prompts/*.j2", "openhands/sdk/agent/base.py",
+    "openhands/sdk/tool/builtins/*.py", "openhands/tools/preset/default.py",
+    "openhands/tools/terminal/definition.py", "openhands/tools/terminal/descriptions.py",
+    "openhands/tools/file_editor/definition.py", "openhands/tools/task_tracker/definition.py",
+)
+
+
+@dataclass(frozen=True)
+class OpenHandsConfig:
+    """Harness settings fixed across rollouts (all part of the identity).
+
+    ``condenser``: ``summarizing`` (the default agent's ``LLMSummarizingCondenser``; 80 / 4 are its sizes) or
+    ``none``. ``command_timeout_s``: the terminal tool's no-change timeout (a command silent that long returns
+    to the agent, still running); None keeps the default agent's (30 s). ``temperature`` / ``max_tokens`` are
+    sent only when set (``max_tokens`` = the SDK's ``max_output_tokens``, sent as ``max_completion_tokens``; a
+    temperature needs ``capability_overrides.supports_sampling_params``, set with it, because the SDK drops
+    sampling parameters for models it takes for reasoning ones, which an unknown ``openai/`` model is).
+    ``num_retries``: the SDK retries a failed call this many times (its default 5, waits of 8-64 s; 0 fails
+    fast). ``extra_llm``: other ``openhands.sdk.LLM`` fields, passed as they are."""
+
+    version: str = DEFAULT_VERSION
+    max_iterations: int = 100
+    condenser: Literal["summarizing", "none"] = "summarizing"
+    condenser_max_size: int = 80
+    condenser_keep_first: int = 4
+    command_timeout_s: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    num_retries: int = 0
+    request_timeout_s: int = 600
+    extra_llm: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.condenser not in ("summarizing", "none"):
+            raise ValueError(f"condenser must be 'summarizing' or 'none', got {self.condenser!r}")
+        if self.max_iterations < 1:
+            raise ValueError(f"max_iterations must be >= 1, got {self.max_iterations}")
+        if self.condenser == "summarizing" and self.condenser_max_size // 2 - self.condenser_keep_first - 1 <= 0:
+            raise ValueError(f"condenser_keep_first ({self.condenser_keep_first}) must be below condenser_max_size "
+                             f"// 2 - 1 ({self.condenser_max_size // 2 - 1}): the SDK's LLMSummarizingCondenser "
+                             f"refuses it")
+        object.__setattr__(self, "extra_llm", _plain(self.extra_llm))  # e.g. Hydra's DictConfig -> JSON-ready
+        reserved = {"model", "base_url", "api_key", "usage_id"} & set(self.extra_llm)
+        if reserved:
+            raise ValueError(f"extra_llm may not set {sorted(reserved)}: the adapter sets them per rollout")
+
+    @property
+    def step_limit(self) -> int:
+        """The evaluation spec's step limit: OpenHands' ``max_iteration_per_run``."""
+        return self.max_iterations
+
+    @property
+    def wall_time_limit_s(self) -> int:
+        """OpenHands has no wall-time limit of its own (the rollout timeout applies)."""
+        return 0
+
+    def llm_fields(self) -> dict[str, Any]:
+        """The ``LLM(...)`` fields these settings stand for (besides model, URL and key)."""
+        fields: dict[str, Any] = {"num_retries": self.num_retries, "timeout": self.request_timeout_s}
+        if self.temperature is not None:  # else dropped: the SDK takes an unknown openai/ model for a reasoning one
+            fields |= {"temperature": self.temperature, "capability_overrides": {"supports_sampling_params": True}}
+        if self.max_tokens is not None:
+            fields["max_output_tokens"] = self.max_tokens
+        overrides = {**fields.get("capability_overrides", {}), **self.extra_llm.get("capability_overrides", {})}
+        return fields | self.extra_llm | ({"capability_overrides": overrides} if overrides else {})
+
+    def settings(self) -> dict[str, Any]:
+        """What the identity records besides files and packages."""
+        condenser: dict[str, Any] = {"kind": self.condenser}
+        if self.condenser == "summarizing":
+            condenser |= {"max_size": self.condenser_max_size, "keep_first": self.condenser_keep_first,
+                          "llm": "same model, proxy purpose 'summary'"}
+        return {"agent": "get_default_agent(cli_mode=True)", "tools": list(DEFAULT_TOOLS),
+                "max_iterations": self.max_iterations, "condenser": condenser,
+                "command_timeout_s": self.command_timeout_s, "llm": self.llm_fields(), "stuck_detection": True}
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and sequences (Hydra containers included) as plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    iterable = hasattr(value, "__iter__") and not isinstance(value, (str, bytes))
+    return [_plain(v) for v in value] if iterable else value
+
+
+def find_python(minimum: tuple[int, int] = MIN_PYTHON) -> str:
+    """A Python >= ``minimum`` to build the env with: ``python3.N`` on PATH, then pyenv's versions, oldest
+    first (3.12 is what the SDK is tested on; the choice is part of the env's build hash, so it must not vary)."""
+    candidates = [shutil.which(f"python3.{minor}") for minor in range(minimum[1], 15)]
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    if pyenv.is_dir():
+        candidates += [str(p / "bin" / "python3") for p in sorted(pyenv.iterdir(), key=_version_key)]
+    for candidate in filter(None, candidates):
+        found = _python_at_least(candidate, minimum)
+        if found:
+            return found
+    raise HarnessEnvError(
+        f"OpenHands (openhands-sdk) needs Python >= {minimum[0]}.{minimum[1]} and none was found (looked for "
+        f"python3.12..python3.14 on PATH and {pyenv}/*/bin/python3). Install one, e.g. `pyenv install 3.12` or "
+        f"`apt-get install python3.12 python3.12-venv`, or pass python=<path>")
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    return tuple(int(x) if x.isdigit() else 0 for x in path.name.split("."))
+
+
+def _python_at_least(executable: str, minimum: tuple[int, int]) -> str | None:
+    """The real executable behind ``executable`` (pyenv shims resolve) if it runs and is >= ``minimum``."""
+    code = "import sys; print(sys.executable); print(*sys.version_info[:2])"
+    try:
+        out = subprocess.run([executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
+        path, version = out.stdout.strip().splitlines()[-2:]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    major, minor = (int(x) for x in version.split())
+    return path if (major, minor) >= minimum else None
+
+
+def ensure_openhands_env(version: str = DEFAULT_VERSION, python: str | None = None) -> HarnessEnv:
+    """The cached env for OpenHands ``version`` (built on first use: ~55-100 s, ~680 MB); a version that is not
+    on PyPI fails naming it and the nearest releases."""
+    packages = PINNED_PACKAGES.get(version, [f"openhands-sdk=={version}", f"openhands-tools=={version}"])
+    try:
+        return ensure_harness_env(NAME, version, packages, python=python or find_python())
+    except HarnessEnvError as exc:
+        missing = missing_version_message(str(exc), version)
+        if missing:
+            raise HarnessEnvError(missing) from exc
+        raise HarnessEnvError(f"could not install OpenHands {version}: {exc}") from exc
+
+
+def missing_version_message(pip_output: str, version: str) -> str | None:
+    """A clear message when pip found no ``openhands-sdk`` / ``-tools`` == ``version`` (None otherwise)."""
+    for package in ("openhands-sdk", "openhands-tools"):
+        match = re.search(rf"satisf(?:y|ies) the requirement {package}=={re.escape(version)} \(from versions: "
+                          rf"([^)]*)\)", pip_output)
+        if match or f"No matching distribution found for {package}=={version}" in pip_output:
+            releases = [v.strip() for v in match.group(1).split(",") if v.strip()] if match else []
+            near = nearest(version, frozenset(releases))
+            return (f"OpenHands {version} does not exist: PyPI has no {package}=={version} for this Python; "
+                    f"nearest releases: {', '.join(near) or 'none listed by pip'}")
+    return None
+
+
+class OpenHandsHarness:
+    """OpenHands' default agent: each rollout one runner process, up to ``concurrency`` at once (threads).
+
+    ``workers`` is accepted for the registry's common constructor and unused: there are no long-lived workers.
+    ``python``: the interpreter (>= 3.12) to build the env with; default :func:`find_python`."""
+
+    name = NAME
+
+    def __init__(self, cfg: OpenHandsConfig | None = None, workers: int = 1, *, env: HarnessEnv | None = None,
+                 python: str | None = None) -> None:
+        self.cfg = cfg or OpenHandsConfig()
+        self._env = env or ensure_openhands_env(self.cfg.version, python)
+        self.version = self._env.version_of("openhands-sdk") or self.cfg.version
+        self._identity = {
+            "name": NAME, "version": self.version, "files_sha256": identity_files(self._env),
+            "packages": {p: self._env.version_of(p) or "" for p in WIRE_PACKAGES}, "settings": self.cfg.settings(),
+        }
+
+    def identity(self) -> dict[str, Any]:
+        """Name, SDK version, sha256 of the runner and of the SDK files that render what the model sees,
+        wire-relevant package versions, settings (condenser, iterations, tools, LLM fields)."""
+        return json.loads(json.dumps(self._identity))
+
+    def rollout_spec(self, rollout: HarnessRollout) -> dict[str, Any]:
+        """The runner's spec for ``rollout`` (no secrets: the key travels in the environment)."""
+        cfg = self.cfg
+        condenser = {"kind": cfg.condenser, "max_size": cfg.condenser_max_size, "keep_first": cfg.condenser_keep_first}
+        terminal = {} if cfg.command_timeout_s is None else {"no_change_timeout_seconds": cfg.command_timeout_s}
+        return {
+            "task": rollout.task.problem_statement, "workdir": str(Path(rollout.workdir).resolve()),
+            "output_dir": str(Path(rollout.output_dir).resolve()), "model": f"openai/{rollout.model_name}",
+            "base_url": rollout.base_url, "summary_base_url": purpose_base_url(rollout.base_url, "summary"),
+            "max_iterations": cfg.max_iterations, "condenser": condenser, "llm": cfg.llm_fields(),
+            "terminal": terminal,
+        }
+
+    def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
+        """Run ``rollouts`` with at most ``concurrency`` runner processes at once; results in order."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        ids = [r.rollout_id for r in rollouts]
+        if len(set(ids)) != len(ids):
+            raise ValueError("rollout ids must be unique within a run")
+        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openhands")
+        futures: list[Future[HarnessResult]] = []
+        try:
+            futures = [pool.submit(self._run_one, rollout) for rollout in rollouts]
+            return [future.result() for future in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            kill_processes_under([Path(r.workdir) for r in rollouts])
+            raise
+        finally:
+            pool.shutdown(wait=True)
+
+    def close(self) -> None:
+        """Nothing to release: every rollout's state lives in its output dir and no process outlives ``run``."""
+
+    def __enter__(self) -> OpenHandsHarness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run_one(self, rollout: HarnessRollout) -> HarnessResult:
+        workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / RESULT_NAME).unlink(missing_ok=True)
+        spec_path = output_dir / "spec.json"
+        spec_path.write_text(json.dumps(self.rollout_spec(rollout), indent=2) + "\n", encoding="utf-8")
+        cmd = [str(self._env.python), "-P", str(RUNNER), str(spec_path)]  # -P: its dir holds openhands.py
+        tmux_dir = Path(tempfile.mkdtemp(prefix="oh-tmux-", dir="/tmp"))  # short: tmux socket paths max ~107 bytes
+        try:
+            env = build_process_env(home=output_dir / "home", tmux_tmpdir=tmux_dir)
+            outcome = run_in_session(cmd, workdir, env, output_dir, rollout.timeout_s)
+        finally:
+            killed = kill_tmux_servers(tmux_dir)
+            shutil.rmtree(tmux_dir, ignore_errors=True)
+        if outcome.timed_out or outcome.exit_code != 0:
+            kill_processes_under([workdir])  # commands that left the tmux server's tree
+        result = as_result(rollout.rollout_id, outcome, output_dir, rollout.timeout_s)
+        result.info["tmux_servers_killed"] = killed
+        record = asdict(result) | {"identity": self.identity(), "command": cmd}
+        (output_dir / ADAPTER_LOG_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")
+        return result
+
+
+def identity_files(env: HarnessEnv) -> dict[str, str]:
+    """sha256 of the runner and of every SDK file in ``PROMPT_FILE_GLOBS`` (keys: paths in site-packages)."""
+    site = env.site_packages
+    files = {RUNNER.name: _sha256(RUNNER)}
+    for pattern in PROMPT_FILE_GLOBS:
+        for path in sorted(site.glob(pattern)):
+            if "__pycache__" not in path.parts:
+                files[path.relative_to(site).as_posix()] = _sha256(path)
+    return dict(sorted(files.items()))
+
+
+def build_process_env(*, home: Path, tmux_tmpdir: Path) -> dict[str, str]:
+    """A clean environment: a few locale/PATH variables from the parent, nothing else (no secrets, no
+    observability endpoints), an isolated HOME (OpenHands keeps ``~/.openhands`` there) and ``TMUX_TMPDIR``."""
+    for sub in ("", ".config", ".cache", ".local/share"):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+    env = {key: os.environ[key] for key in PASSTHROUGH_ENV if key in os.environ}
+    env.setdefault("PATH", os.defpath)
+    return env | {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "TMUX_TMPDIR": str(tmux_tmpdir),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "OPENAI_API_KEY": DUMMY_API_KEY,
+        "OPENHANDS_SUPPRESS_BANNER": "1",
+        "DO_NOT_TRACK": "1",
+        "ANONYMIZED_TELEMETRY": "false",
+        "NO_COLOR": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def kill_tmux_servers(tmux_tmpdir: Path) -> int:
+    """Kill every tmux server with a socket under ``tmux_tmpdir`` and its process tree; return how many ran."""
+    killed = 0
+    for socket in sorted(tmux_tmpdir.glob("tmux-*/*")):
+        if not socket.is_socket():
+            continue
+        try:
+            out = subprocess.run(["tmux", "-S", str(socket), "display-message", "-p", "#{pid}"],
+                                 capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out.returncode == 0 and out.stdout.strip().isdigit():
+            kill_tree(int(out.stdout.strip()))
+            killed += 1
+    return killed
+
+
+def read_result(output_dir: Path) -> dict[str, Any] | None:
+    """The runner's result JSON (None when it wrote none)."""
+    try:
+        return json.loads((output_dir / RESULT_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def as_result(rollout_id: str, outcome: ProcessOutcome, output_dir: Path, timeout_s: float) -> HarnessResult:
+    """The contract's result from the runner's exit and result JSON: finished iff it ended by its own rule."""
+    result = read_result(output_dir) or {}
+    exit_status = str(result.get("exit_status") or "")
+    calls = {str(k): int(v) for k, v in (result.get("n_llm_calls") or {}).items()}
+    if outcome.timed_out:
+        status, reason = "timeout", f"killed after {timeout_s:g} s"
+    elif not result:
+        status = "crashed"
+        reason = f"runner exit code {outcome.exit_code}, no result: {last_line(tail(output_dir / 'stderr.log'))}"
+    elif exit_status in FINISHED_EXIT_STATUSES:
+        status, reason = "finished", exit_status
+    else:
+        status = "crashed"
+        error = str(result.get("error") or "").strip().splitlines()
+        reason = f"exit status {exit_status or 'none'}: {error[0] if error else 'no error recorded'}"
+    events = output_dir / "events.jsonl"
+    return HarnessResult(
+        rollout_id=rollout_id, status=status, reason=reason, exit_status=exit_status,
+        n_model_calls=sum(calls.values()), duration_s=round(outcome.duration_s, 3),
+        trajectory_path=str(events) if events.exists() else None,
+        info={"cpu_s": round(outcome.cpu_s, 3), "exit_code": outcome.exit_code, "calls_by_usage": calls,
+              "execution_status": result.get("execution_status"), "conversation_id": result.get("conversation_id"),
+              "persistence_dir": result.get("persistence_dir"),
+              "error": str(result.get("traceback") or "")[-TAIL_CHARS:],
+              "stdout_log": str(output_dir / "stdout.log"), "stderr_log": str(output_dir / "stderr.log")},
+    )
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
