@@ -132,10 +132,10 @@ def _build(root: Path, packages: list[str], python: str, expected: str, timeout_
     root.parent.mkdir(parents=True, exist_ok=True)
     own_pip = not _caller_has_pip()
     venv_cmd = [python, "-m", "venv", *([] if own_pip else ["--without-pip"]), str(root)]
-    _run_or_raise(venv_cmd, None, timeout_s, "venv creation")
+    run_or_raise(venv_cmd, None, timeout_s, "venv creation")
     pip = [str(_env_python(root)), "-m", "pip"] if own_pip else _outer_pip(root)
     install = [*pip, "install", "--disable-pip-version-check", "--no-input", *packages]
-    _run_or_raise(install, root / PIP_LOG_NAME, timeout_s, "pip install")
+    run_or_raise(install, root / PIP_LOG_NAME, timeout_s, "pip install")
     _write_marker(root, packages, python, expected, time.monotonic() - started)
 
 
@@ -147,7 +147,7 @@ def _caller_has_pip() -> bool:
     return importlib.util.find_spec("pip") is not None
 
 
-def _run_or_raise(cmd: list[str], log_path: Path | None, timeout_s: float, what: str) -> None:
+def run_or_raise(cmd: list[str], log_path: Path | None, timeout_s: float, what: str) -> None:
     """Run ``cmd`` (output saved to ``log_path`` if given); raise HarnessEnvError with tail + retry command."""
     env = os.environ | {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     try:

@@ -41,7 +41,7 @@ HARNESSES: dict[str, HarnessEntry] = {
         harness="harness_adapters.opencode:OpenCodeHarness",
         config="harness_adapters.opencode:OpenCodeConfig",
         package=PackageRef("npm", "opencode-ai"),
-        tested={"1": "1.18"},
+        tested={"1": "1.18.33"},
     ),
     "openhands": HarnessEntry(
         harness="harness_adapters.openhands:OpenHandsHarness",
