@@ -30,6 +30,7 @@ class CpuServingConfig:
     max_batch_size: int = 8
     torch_threads: int = 1
     default_max_tokens: int = 128
+    max_model_len: int | None = None  # context limit (None: the model's max_position_embeddings), as vLLM's flag
     expert_tasks: Path | None = None  # a tasks JSONL: serve the scripted expert (gold fixes) instead of the model
 
 
@@ -70,7 +71,8 @@ def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig
     server = start_cpu_server_process(
         model_dir, server_port, served_model_name=serving.served_model_name, max_batch_size=serving.max_batch_size,
         torch_threads=serving.torch_threads, default_max_tokens=serving.default_max_tokens,
-        expert_tasks=Path(expert) if expert else None, extra_args=server_args,
+        expert_tasks=Path(expert) if expert else None,
+        extra_args=(*server_args, *(("--max-model-len", str(serving.max_model_len)) if serving.max_model_len else ())),
         log_path=run_dir / "model_server.log",
     )
     procs: list[subprocess.Popen] = [server]

@@ -71,9 +71,24 @@ def sweep_warnings(cells: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
     return out
 
 
+def sweep_command(runs: list[dict[str, Any]]) -> str | None:
+    """``repro run -m k=v1,v2 ...`` rebuilt from the cells' ``overrides.txt`` (None when a run has none)."""
+    values: dict[str, list[str]] = {}
+    for run in runs:
+        path = Path(run.get("run_dir", "")) / "overrides.txt"
+        if not path.is_file():
+            return None
+        for line in path.read_text().splitlines():
+            key, sep, value = line.strip().partition("=")
+            if sep and value not in values.setdefault(key, []):
+                values[key].append(value)
+    return "repro run -m " + " ".join(f"{k}={','.join(v)}" for k, v in values.items())
+
+
 def sweep_markdown(name: str, runs: list[dict[str, Any]]) -> str:
     cells = newest_cells(runs)
     models = sorted({r.get("model", "") for r in cells.values()})
+    command = sweep_command(list(cells.values()))
     lines = [f"# {name}", ""]
     lines += [f"> WARNING: {w}\n" for w in sweep_warnings(cells)]
     lines += [
@@ -91,6 +106,8 @@ def sweep_markdown(name: str, runs: list[dict[str, Any]]) -> str:
         "Sources: " + ", ".join(f"`{r.get('run_dir', '?')}`" for _, r in sorted(cells.items()))
         + " · built by `repro table`.",
     ]
+    if command:
+        lines[-1:-1] = [f"Command: `{command}`", ""]
     return "\n".join(lines) + "\n"
 
 

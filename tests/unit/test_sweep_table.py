@@ -49,12 +49,14 @@ def test_repro_table_lays_out_matrix_runs_as_a_matrix(tmp_path: Path) -> None:
         run_dir = tmp_path / "outputs" / "harness_sweep" / "x" / str(i)
         run_dir.mkdir(parents=True)
         (run_dir / "metrics.json").write_text(json.dumps(run))
+        (run_dir / "overrides.txt").write_text(f"experiment=harness_sweep\nharness.version={i + 1}.0.0\n")
     written = write_tables(tmp_path / "outputs", tmp_path / "results")
     assert {p.name for p in written} == {"harness_sweep.md", "harness_sweep.csv"}
     md = (tmp_path / "results" / "harness_sweep.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| harness"))
     assert [c.strip() for c in header.strip("|").split("|")][:3] == ["harness", "t1", "t2"]
     assert "50.0% [25.0, 75.0%] n=50" in md and "25.0% [12.5, 37.5%] n=50" in md
+    assert "Command: `repro run -m experiment=harness_sweep harness.version=1.0.0,2.0.0`" in md
 
 
 def _hydra(overrides: list[str]) -> Any:
