@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -77,8 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM (kill, a scheduler's time limit) unwinds like Ctrl-C: the servers a job started are stopped."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    _exit_on_sigterm()
     args.func(args)
 
 

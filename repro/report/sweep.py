@@ -71,24 +71,26 @@ def sweep_warnings(cells: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
     return out
 
 
-def sweep_command(runs: list[dict[str, Any]]) -> str | None:
-    """``repro run -m k=v1,v2 ...`` rebuilt from the cells' ``overrides.txt`` (None when a run has none)."""
-    values: dict[str, list[str]] = {}
+def sweep_commands(runs: list[dict[str, Any]]) -> list[str]:
+    """One ``repro run -m k=v1,v2 ...`` per sweep directory, rebuilt from its cells' ``overrides.txt``."""
+    by_sweep: dict[Path, dict[str, list[str]]] = {}
     for run in runs:
         path = Path(run.get("run_dir", "")) / "overrides.txt"
         if not path.is_file():
-            return None
+            continue
+        values = by_sweep.setdefault(path.parent.parent, {})
         for line in path.read_text().splitlines():
             key, sep, value = line.strip().partition("=")
             if sep and value not in values.setdefault(key, []):
                 values[key].append(value)
-    return "repro run -m " + " ".join(f"{k}={','.join(v)}" for k, v in values.items())
+    return ["repro run -m " + " ".join(f"{k}={','.join(v)}" for k, v in values.items())
+            for _, values in sorted(by_sweep.items())]
 
 
 def sweep_markdown(name: str, runs: list[dict[str, Any]]) -> str:
     cells = newest_cells(runs)
     models = sorted({r.get("model", "") for r in cells.values()})
-    command = sweep_command(list(cells.values()))
+    commands = sweep_commands(list(cells.values()))
     lines = [f"# {name}", ""]
     lines += [f"> WARNING: {w}\n" for w in sweep_warnings(cells)]
     lines += [
@@ -106,8 +108,8 @@ def sweep_markdown(name: str, runs: list[dict[str, Any]]) -> str:
         "Sources: " + ", ".join(f"`{r.get('run_dir', '?')}`" for _, r in sorted(cells.items()))
         + " · built by `repro table`.",
     ]
-    if command:
-        lines[-1:-1] = [f"Command: `{command}`", ""]
+    if commands:
+        lines[-1:-1] = [*(f"Command: `{c}`" + "  " for c in commands), ""]
     return "\n".join(lines) + "\n"
 
 
