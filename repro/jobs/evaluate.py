@@ -4,6 +4,7 @@ run directory are skipped (``run.dir=<existing run>``)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import resource
 import time
@@ -74,10 +75,24 @@ def load_task_set(tasks: TaskDistributionConfig | TaskFileConfig) -> tuple[str, 
         build_distribution(tasks)
 
 
+MODEL_NAME_PLACEHOLDER = "{served_model_name}"
+
+
+def with_model_name(identity: dict[str, Any], served_model_name: str | None) -> dict[str, Any]:
+    """``identity`` with the ``{served_model_name}`` placeholder filled in: the name a harness is given decides what
+    it shows the model (OpenCode picks its system prompt by it), so the spec records the actual name."""
+    if served_model_name is None:
+        return identity
+    text = json.dumps(identity)
+    return json.loads(text.replace(MODEL_NAME_PLACEHOLDER, served_model_name)) if MODEL_NAME_PLACEHOLDER in text \
+        else identity
+
+
 def build_spec(harness_identity: dict[str, Any], name: str, tasks: list[Task], harness_cfg: Any,
-               sandbox: LocalSandboxConfig, ev: EvalConfig, task_seed: int | None) -> EvalSpec:
+               sandbox: LocalSandboxConfig, ev: EvalConfig, task_seed: int | None,
+               served_model_name: str | None = None) -> EvalSpec:
     return EvalSpec(
-        harness=HarnessSpec.from_identity(harness_identity),
+        harness=HarnessSpec.from_identity(with_model_name(harness_identity, served_model_name)),
         tasks=TaskSetSpec.from_tasks(name, tasks),
         sampling=SamplingSpec(ev.temperature, ev.top_p, ev.max_tokens, ev.seed),
         limits=LimitsSpec(int(getattr(harness_cfg, "step_limit", 0) or 0),
@@ -129,7 +144,7 @@ def evaluate_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Proxy
     name, task_list = load_task_set(tasks)
     with get_harness(harness_name, harness, workers=1) as agent:
         spec = build_spec(agent.identity(), name, task_list, agent.cfg, sandbox,
-                          eval, getattr(tasks, "seed", None))
+                          eval, getattr(tasks, "seed", None), serving.served_model_name)
         model_dir, model_name = _model(model, eval, task_list)
         with running_stack(model_dir, serving, proxy, run_dir) as stack:
             box = LocalSandbox(sandbox)

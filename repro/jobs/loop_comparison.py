@@ -75,7 +75,8 @@ def loop_comparison_job(model: TinyModelConfig, serving: CpuServingConfig, proxy
                 base_model = build_recipe_model(model, agent, train_list)
             warm_dir, warm = run_warm_start(run_dir, base_model, demo_tasks, warm_start, serving, proxy, agent, box,
                                             acct)
-            spec = build_spec(agent.identity(), test_name, test_list, agent.cfg, sandbox, eval, tasks.seed)
+            spec = build_spec(agent.identity(), test_name, test_list, agent.cfg, sandbox, eval, tasks.seed,
+                              serving.served_model_name)
             grades = GradeCache()
             with running_stack(warm_dir, serving, proxy, run_dir) as stack, acct.phase("eval_before"):
                 before, _ = run_frozen_eval(run_dir / "eval_before", run_dir / "traces.sqlite", spec, eval,

@@ -94,7 +94,8 @@ def mini_repro_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Pro
         try:
             warm_dir, warm = run_warm_start(run_dir, base_model, demo_tasks, warm_start, serving, proxy, agent, box,
                                             acct)
-            spec = build_spec(agent.identity(), test_name, test_list, agent.cfg, sandbox, eval, tasks.seed)
+            spec = build_spec(agent.identity(), test_name, test_list, agent.cfg, sandbox, eval, tasks.seed,
+                              serving.served_model_name)
             policy = stage_policy(warm_dir, run_dir)
             result = _before_rl_after(run_dir, spec, eval, test_list, rl_tasks, serving, proxy, agent, box, policy,
                                       rl, trainer, samples, warm, acct, loop)

@@ -64,7 +64,9 @@ def evaluation(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 running_stack(model_dir, CpuServingConfig(), ProxyConfig(), root,
                               server_args=("--scenarios", str(root / "scenarios.json"),
                                            "--max-model-len", "65536")) as stack:
-            spec = build_spec(harness.identity(), "bundled", tasks, harness.cfg, LocalSandboxConfig(), ev, 0)
+            spec = build_spec(harness.identity(), "bundled", tasks, harness.cfg, LocalSandboxConfig(), ev, 0,
+                              stack.served_model_name)
+            assert spec.harness.settings["settings"]["model_name"] == stack.served_model_name == "tiny"
             runner = RolloutRunner(root / "run", root / "traces.sqlite", eval_options(spec, ev), tasks, stack,
                                    harness, sandbox, stack.served_model_name)
             try:

@@ -176,3 +176,16 @@ def test_file_and_task_hashes(tmp_path: Path) -> None:
     assert tasks_sha256([a, b]) == tasks_sha256([b, moved])  # order and checkout location do not matter
     assert tasks_sha256([a, b]) != tasks_sha256([changed, b])
     assert TaskSetSpec.from_tasks("set", [b, a]).instance_ids == ("i1", "i2")
+
+
+def test_the_model_name_a_harness_is_given_is_in_its_spec() -> None:
+    """OpenCode picks its system prompt by the model name: the served name fills the identity's placeholder (two
+    names, two fingerprints); an identity without the placeholder is left as it was (published fingerprints hold)."""
+    from repro.jobs.evaluate import with_model_name
+
+    identity = {"name": "opencode", "version": "1.18.33", "settings": {"model_name": "{served_model_name}"}}
+    named = with_model_name(identity, "qwen3-tiny")
+    assert named["settings"]["model_name"] == "qwen3-tiny" and identity["settings"]["model_name"] != "qwen3-tiny"
+    assert HarnessSpec.from_identity(named) != HarnessSpec.from_identity(with_model_name(identity, "gpt-5"))
+    plain = {"name": "mini-swe-agent", "version": "2.4.6", "files": {"a.yaml": "00"}}
+    assert with_model_name(plain, "qwen3-tiny") is plain
