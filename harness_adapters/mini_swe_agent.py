@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import shutil
 import subprocess
@@ -64,7 +63,7 @@ from typing import Any, Literal
 import yaml
 
 from harness_adapters.envs import HarnessEnv, HarnessEnvError, ensure_harness_env
-from harness_adapters.processes import ProcessOutcome, run_in_session, tail
+from harness_adapters.processes import ProcessOutcome, isolated_env, run_in_session, tail
 
 NAME = "mini-swe-agent"
 DEFAULT_VERSION = "2.4.6"
@@ -79,8 +78,6 @@ CONFIG_NAMES = {"base": "repro-mswea-base.yaml", "settings": "repro-mswea-settin
 ROLLOUT_CONFIG_NAME = "repro-mswea-rollout.yaml"
 TRAJECTORY_NAME = "trajectory.traj.json"
 RESULT_NAME = "harness_run.json"
-DUMMY_API_KEY = "sk-repro-dummy"
-PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 
 RunStatus = Literal["finished", "crashed", "timeout"]
 
@@ -258,26 +255,14 @@ def litellm_model_name(model_name: str) -> str:
 
 
 def build_process_env(cfg: MiniSweAgentConfig, *, home: Path, config_dir: Path) -> dict[str, str]:
-    """A clean environment: a few locale/PATH variables from the parent, nothing else (no secrets)."""
-    for sub in ("", ".config", ".cache", ".local/share", "mswea"):
-        (home / sub).mkdir(parents=True, exist_ok=True)
-    env = {key: os.environ[key] for key in PASSTHROUGH_ENV if key in os.environ}
-    env.setdefault("PATH", os.defpath)
-    return env | {
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "XDG_DATA_HOME": str(home / ".local/share"),
+    """A clean, isolated environment (``processes.isolated_env``) with mini-SWE-agent's own settings."""
+    return isolated_env(home, extra_dirs=("mswea",)) | {
         "MSWEA_GLOBAL_CONFIG_DIR": str(home / "mswea"),
         "MSWEA_CONFIG_DIR": str(config_dir),
         "MSWEA_CONFIGURED": "true",
         "MSWEA_COST_TRACKING": "ignore_errors",
         "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": str(cfg.query_attempts),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "OPENAI_API_KEY": DUMMY_API_KEY,
         "TYPER_STANDARD_TRACEBACK": "1",
-        "NO_COLOR": "1",
-        "PYTHONUNBUFFERED": "1",
     }
 
 

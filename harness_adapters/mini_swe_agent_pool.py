@@ -48,7 +48,7 @@ from harness_adapters.mini_swe_agent import (
     write_harness_config,
     write_yaml,
 )
-from harness_adapters.processes import kill_processes_under, last_line, tail
+from harness_adapters.processes import check_batch, kill_processes_under, last_line, tail
 from harness_adapters.worker_process import Event, WorkerProcess, WorkerStartError
 from repro.protocols import HarnessResult, HarnessRollout
 
@@ -131,11 +131,7 @@ class MiniSweAgentHarness:
 
     def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
         """Run ``rollouts`` with at most ``concurrency`` in flight; one result per rollout, in order."""
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        ids = [r.rollout_id for r in rollouts]
-        if len(set(ids)) != len(ids):
-            raise ValueError("rollout ids must be unique within a run")
+        check_batch(rollouts, concurrency)
         with self._lock:
             pending = list(enumerate(rollouts))[::-1]
             results: dict[int, HarnessResult] = {}

@@ -41,7 +41,6 @@ import json
 import shutil
 import tempfile
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -66,7 +65,7 @@ from harness_adapters.mini_swe_agent import (
     write_harness_config,
     write_yaml,
 )
-from harness_adapters.processes import TAIL_CHARS, kill_processes_under, last_line, run_in_session
+from harness_adapters.processes import TAIL_CHARS, last_line, run_in_session, run_in_threads
 from repro.protocols import HarnessResult, HarnessRollout
 
 __all__ = ["FINISHED_EXIT_STATUSES", "V1_VERSION", "MiniSweAgentV1Harness", "build_command", "merge_configs"]
@@ -140,23 +139,7 @@ class MiniSweAgentV1Harness:
 
     def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
         """Run ``rollouts`` with at most ``concurrency`` ``mini`` processes at once; results in order."""
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        ids = [r.rollout_id for r in rollouts]
-        if len(set(ids)) != len(ids):
-            raise ValueError("rollout ids must be unique within a run")
-        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="mswea1")
-        futures: list[Future[HarnessResult]] = []
-        try:
-            futures = [pool.submit(self._run_one, rollout) for rollout in rollouts]
-            return [future.result() for future in futures]
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            kill_processes_under([Path(r.workdir) for r in rollouts])  # the running mini's and their commands
-            raise
-        finally:
-            pool.shutdown(wait=True)
+        return run_in_threads(rollouts, concurrency, self._run_one, "mswea1")
 
     def close(self) -> None:
         """Drop the state dir if it was temporary (no process outlives ``run``)."""

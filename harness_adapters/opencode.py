@@ -50,13 +50,20 @@ import os
 import shutil
 import subprocess
 import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness_adapters.opencode_env import OpenCodeEnv, ensure_opencode_env
-from harness_adapters.processes import TAIL_CHARS, ProcessOutcome, kill_processes_under, last_line, run_in_session, tail
+from harness_adapters.processes import (
+    DUMMY_API_KEY,
+    TAIL_CHARS,
+    ProcessOutcome,
+    last_line,
+    run_in_session,
+    run_in_threads,
+    tail,
+)
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.proxy.routes import purpose_base_url
 
@@ -69,7 +76,6 @@ PROVIDER = "repro"
 AUX_PROVIDER = "repro-aux"
 SUMMARY_PROVIDER = "repro-summary"
 PROVIDER_NPM = "@ai-sdk/openai-compatible"
-DUMMY_API_KEY = "sk-repro-dummy"
 CONFIG_NAME = "opencode.json"
 RESULT_NAME = "harness_run.json"
 SESSION_NAME = "session.json"
@@ -261,23 +267,7 @@ class OpenCodeHarness:
 
     def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
         """Run ``rollouts`` with at most ``concurrency`` OpenCode processes at once; results in order."""
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        ids = [r.rollout_id for r in rollouts]
-        if len(set(ids)) != len(ids):
-            raise ValueError("rollout ids must be unique within a run")
-        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="opencode")
-        futures: list[Future[HarnessResult]] = []
-        try:
-            futures = [pool.submit(self._run_one, rollout) for rollout in rollouts]
-            return [future.result() for future in futures]
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            kill_processes_under([Path(r.workdir) for r in rollouts])
-            raise
-        finally:
-            pool.shutdown(wait=True)
+        return run_in_threads(rollouts, concurrency, self._run_one, "opencode")
 
     def close(self) -> None:
         """Drop the state dir if it was temporary (no process outlives ``run``)."""

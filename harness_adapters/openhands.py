@@ -43,7 +43,6 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -52,10 +51,12 @@ from harness_adapters.envs import HarnessEnv, HarnessEnvError, ensure_harness_en
 from harness_adapters.processes import (
     TAIL_CHARS,
     ProcessOutcome,
+    isolated_env,
     kill_processes_under,
     kill_tree,
     last_line,
     run_in_session,
+    run_in_threads,
     tail,
 )
 from harness_adapters.versions import nearest
@@ -76,8 +77,6 @@ DEFAULT_TOOLS = ("terminal", "file_editor", "task_tracker", "finish", "think")  
 ADAPTER_LOG_NAME = "harness_run.json"
 RESULT_NAME = "result.json"  # written by the runner
 RUNNER = Path(__file__).with_name("openhands_runner.py")
-DUMMY_API_KEY = "sk-repro-dummy"
-PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 FINISHED_EXIT_STATUSES = ("finished", "max_iterations", "stuck")
 # SDK files that render what the model sees (system prompt sections, tool descriptions, condenser prompts),
 # relative to site-packages; hashed into the identity with the runner.
@@ -265,23 +264,7 @@ class OpenHandsHarness:
 
     def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
         """Run ``rollouts`` with at most ``concurrency`` runner processes at once; results in order."""
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        ids = [r.rollout_id for r in rollouts]
-        if len(set(ids)) != len(ids):
-            raise ValueError("rollout ids must be unique within a run")
-        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openhands")
-        futures: list[Future[HarnessResult]] = []
-        try:
-            futures = [pool.submit(self._run_one, rollout) for rollout in rollouts]
-            return [future.result() for future in futures]
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            kill_processes_under([Path(r.workdir) for r in rollouts])
-            raise
-        finally:
-            pool.shutdown(wait=True)
+        return run_in_threads(rollouts, concurrency, self._run_one, "openhands")
 
     def close(self) -> None:
         """Nothing to release: every rollout's state lives in its output dir and no process outlives ``run``."""
@@ -329,23 +312,11 @@ def identity_files(env: HarnessEnv) -> dict[str, str]:
 def build_process_env(*, home: Path, tmux_tmpdir: Path) -> dict[str, str]:
     """A clean environment: a few locale/PATH variables from the parent, nothing else (no secrets, no
     observability endpoints), an isolated HOME (OpenHands keeps ``~/.openhands`` there) and ``TMUX_TMPDIR``."""
-    for sub in ("", ".config", ".cache", ".local/share"):
-        (home / sub).mkdir(parents=True, exist_ok=True)
-    env = {key: os.environ[key] for key in PASSTHROUGH_ENV if key in os.environ}
-    env.setdefault("PATH", os.defpath)
-    return env | {
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "XDG_DATA_HOME": str(home / ".local/share"),
+    return isolated_env(home) | {
         "TMUX_TMPDIR": str(tmux_tmpdir),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "OPENAI_API_KEY": DUMMY_API_KEY,
         "OPENHANDS_SUPPRESS_BANNER": "1",
         "DO_NOT_TRACK": "1",
         "ANONYMIZED_TELEMETRY": "false",
-        "NO_COLOR": "1",
-        "PYTHONUNBUFFERED": "1",
     }
 
 

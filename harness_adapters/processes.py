@@ -1,5 +1,6 @@
 """Process helpers shared by the harness adapters: run in a session, wait without reaping, kill whole trees,
-read log tails."""
+read log tails; a clean, isolated environment for a harness process; one thread per rollout for the adapters
+that start one process per rollout."""
 
 from __future__ import annotations
 
@@ -9,12 +10,18 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from repro.protocols import HarnessResult, HarnessRollout
+
 TAIL_CHARS = 4000
+DUMMY_API_KEY = "sk-repro-dummy"  # harnesses get this, never a real key
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 
 
 @dataclass(frozen=True)
@@ -117,3 +124,51 @@ def kill_processes_under(directories: list[Path]) -> int:
             kill_group(group)
             killed += 1
     return killed
+
+
+def isolated_env(home: Path, *, extra_dirs: Sequence[str] = ()) -> dict[str, str]:
+    """A clean environment for a LiteLLM-based harness: a few locale/PATH variables from the parent, nothing else
+    (no secrets), an isolated HOME with its XDG dirs (made here, with ``extra_dirs`` under it), the dummy key,
+    LiteLLM's local cost map (else it fetches one), plain unbuffered output."""
+    for sub in ("", ".config", ".cache", ".local/share", *extra_dirs):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+    env = {key: os.environ[key] for key in PASSTHROUGH_ENV if key in os.environ}
+    env.setdefault("PATH", os.defpath)
+    return env | {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "OPENAI_API_KEY": DUMMY_API_KEY,
+        "NO_COLOR": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def check_batch(rollouts: Sequence[HarnessRollout], concurrency: int) -> None:
+    """ValueError unless ``concurrency`` >= 1 and the rollout ids are unique."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    ids = [r.rollout_id for r in rollouts]
+    if len(set(ids)) != len(ids):
+        raise ValueError("rollout ids must be unique within a run")
+
+
+def run_in_threads(rollouts: list[HarnessRollout], concurrency: int,
+                   run_one: Callable[[HarnessRollout], HarnessResult], name: str) -> list[HarnessResult]:
+    """``run_one`` for each rollout, at most ``concurrency`` at once; results in order. If anything escapes (an
+    interrupt), the rest is cancelled and every process left in the rollouts' workdirs is killed."""
+    check_batch(rollouts, concurrency)
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=name)
+    futures: list[Future[HarnessResult]] = []
+    try:
+        futures = [pool.submit(run_one, rollout) for rollout in rollouts]
+        return [future.result() for future in futures]
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        kill_processes_under([Path(r.workdir) for r in rollouts])  # the running harnesses and their commands
+        raise
+    finally:
+        pool.shutdown(wait=True)

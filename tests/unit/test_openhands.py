@@ -17,7 +17,7 @@ import yaml
 import harness_adapters.openhands as oh
 from harness_adapters.envs import HarnessEnv, HarnessEnvError
 from harness_adapters.openhands import OpenHandsConfig, OpenHandsHarness
-from harness_adapters.processes import ProcessOutcome
+from harness_adapters.processes import DUMMY_API_KEY, ProcessOutcome
 from repro.protocols import HarnessRollout
 from repro.tasks.schema import Task
 
@@ -96,7 +96,7 @@ def test_process_env_is_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("LMNR_PROJECT_API_KEY", "lmnr")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel")
     env = oh.build_process_env(home=tmp_path / "home", tmux_tmpdir=tmp_path / "tmux")
-    assert env["OPENAI_API_KEY"] == oh.DUMMY_API_KEY and env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+    assert env["OPENAI_API_KEY"] == DUMMY_API_KEY and env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
     assert env["TMUX_TMPDIR"] == str(tmp_path / "tmux") and env["HOME"] == str(tmp_path / "home")
     assert not any(k.startswith(("LMNR", "OTEL")) for k in env)
     assert (tmp_path / "home" / ".config").is_dir()
