@@ -9,9 +9,9 @@ from pathlib import Path
 
 
 def _run(args: argparse.Namespace) -> None:
-    from repro.multirun import is_multirun, multirun
+    if args.multirun:
+        from repro.multirun import multirun
 
-    if args.multirun or is_multirun(args.overrides):
         return multirun(args.overrides)
     from repro.runner import run
 

@@ -17,12 +17,7 @@ from omegaconf import DictConfig, open_dict
 
 from repro.runner import CONFIG_DIR, check_experiment, run_configured
 
-MULTIRUN_FLAGS = ("-m", "--multirun")
 ERROR_FILE = "error.json"
-
-
-def is_multirun(args: list[str]) -> bool:
-    return any(a in MULTIRUN_FLAGS for a in args)
 
 
 def sweep_job(cfg: DictConfig) -> str:
@@ -45,9 +40,8 @@ def sweep_job(cfg: DictConfig) -> str:
         return f"failed: {message}"
 
 
-def multirun(args: list[str]) -> None:
-    """Run Hydra's multirun over ``args`` (overrides, with or without ``-m``)."""
-    overrides = [a for a in args if a not in MULTIRUN_FLAGS]
+def multirun(overrides: list[str]) -> None:
+    """Run Hydra's multirun over ``overrides`` (``repro run -m`` has taken the flag off)."""
     check_experiment(overrides)
     main = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(sweep_job)
     saved = sys.argv
