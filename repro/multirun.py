@@ -15,7 +15,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from repro.runner import CONFIG_DIR, check_experiment, run_configured
+from repro.runner import CONFIG_DIR, check_experiment, redacted_overrides, run_configured
 
 ERROR_FILE = "error.json"
 
@@ -33,7 +33,7 @@ def sweep_job(cfg: DictConfig) -> str:
         return str(run_configured(cfg, run_dir, overrides))
     except (Exception, SystemExit) as exc:  # recorded, then the next job runs
         message = str(exc) if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
-        record = {"job": hydra_cfg.job.num, "overrides": overrides, "error": message,
+        record = {"job": hydra_cfg.job.num, "overrides": redacted_overrides(overrides), "error": message,
                   "traceback": "" if isinstance(exc, SystemExit) else traceback.format_exc()}
         (run_dir / ERROR_FILE).write_text(json.dumps(record, indent=2))
         print(f"sweep job #{hydra_cfg.job.num} failed: {message}", file=sys.stderr, flush=True)

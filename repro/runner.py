@@ -22,6 +22,8 @@ from hydra.errors import HydraException, InstantiationException
 from hydra.utils import call
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from repro.secrets import REDACTED, is_secret_key, without_secrets
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments"
 
 
@@ -108,8 +110,9 @@ def run(overrides: list[str]) -> Path:
 
 def run_configured(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Path:
     """Record ``cfg`` and provenance in ``run_dir``, then call the experiment's job there."""
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    (run_dir / "overrides.txt").write_text("\n".join(overrides) + "\n")
+    resolved = without_secrets(OmegaConf.to_container(cfg, resolve=True), replacement=REDACTED)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
+    (run_dir / "overrides.txt").write_text("\n".join(redacted_overrides(overrides)) + "\n")
     (run_dir / "manifest.json").write_text(json.dumps(manifest(), indent=2))
     print(f"run directory: {run_dir}", flush=True)
     try:
@@ -120,6 +123,16 @@ def run_configured(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Path
             raise SystemExit(f"error: {cause}") from None
         raise
     return run_dir
+
+
+def redacted_overrides(overrides: list[str]) -> list[str]:
+    """Command-line overrides with the value of any credential key (``proxy.upstream_api_key=...``) hidden."""
+    out = []
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        name = key.rsplit(".", 1)[-1].lstrip("+~")
+        out.append(f"{key}={REDACTED}" if sep and is_secret_key(name) else item)
+    return out
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

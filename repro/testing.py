@@ -3,7 +3,9 @@
 ``FakeVllmUpstream`` speaks vLLM's OpenAI dialect (``prompt_token_ids``, per-choice ``token_ids``, logprobs)
 with one token per byte of text, so tests can check exactly what was attributed to which call. The model
 name selects a behaviour: ``fail-500``, ``silent`` (never answers), ``drop`` (stream cut before
-``[DONE]``), ``slow-stream`` (a pause between chunks); anything else answers normally.
+``[DONE]``), ``slow-stream`` (a pause between chunks), or one of ``UPSTREAM_FAULTS`` (a misbehaving upstream:
+values the store cannot keep, malformed SSE); anything else answers normally. ``echo: true`` on text
+completions puts the prompt's logprobs (the first one ``null``) in front, as vLLM does.
 """
 
 from __future__ import annotations
@@ -49,6 +51,57 @@ def fake_completion_text(request: dict[str, Any], tokens: int) -> str:
     return text
 
 
+UPSTREAM_FAULTS = {
+    "null-logprob": "a null logprob for a sampled token",
+    "huge-id": "a token id of 2**31 (outside int32)",
+    "nan-logprob": "a NaN literal where a logprob goes",
+    "inf-logprob": "1e999 (infinity) where a logprob goes",
+    "sse-array": "a non-object SSE event (data: [1, 2]) mid-stream",
+    "sse-truncated": "an SSE event cut off mid-JSON, then the rest of the stream",
+    "sse-truncated-end": "an SSE event cut off mid-JSON, then the connection closes",
+    "error-event": "an error object mid-stream, then data: [DONE]",
+}
+_ERROR_EVENT = b'data: {"error": {"message": "fake engine failure", "type": "InternalServerError", "code": 500}}\n\n'
+
+
+def _first_logprob_path(body: dict[str, Any]) -> tuple[Any, Any]:
+    """(container, key) of the first sampled token's logprob in a response or chunk body."""
+    logprobs = body["choices"][0]["logprobs"]
+    if "content" in logprobs:
+        return logprobs["content"][0], "logprob"
+    return logprobs["token_logprobs"], -len(body["choices"][0]["token_ids"])
+
+
+def faulty_json(model: str, body: dict[str, Any]) -> bytes:
+    """``body`` serialised with the value fault ``model`` names (a response or a chunk with tokens)."""
+    if model == "null-logprob":
+        container, key = _first_logprob_path(body)
+        container[key] = None
+    elif model == "huge-id":
+        body["choices"][0]["token_ids"][0] = 2**31
+    elif model in ("nan-logprob", "inf-logprob"):
+        container, key = _first_logprob_path(body)
+        container[key] = -12345.5
+        return orjson.dumps(body).replace(b"-12345.5", b"NaN" if model == "nan-logprob" else b"1e999", 1)
+    return orjson.dumps(body)
+
+
+def faulty_stream(model: str, chunks: list[bytes]) -> list[bytes]:
+    """SSE events of a stream with the stream fault ``model`` names (the last event is ``[DONE]``)."""
+    middle = len(chunks) // 2
+    if model == "sse-array":
+        return [*chunks[:middle], b"data: [1, 2]\n\n", *chunks[middle:]]
+    if model == "sse-truncated":
+        return [*chunks[:middle], chunks[middle][:24] + b"\n\n", *chunks[middle + 1 :]]
+    if model == "sse-truncated-end":
+        return [*chunks[:middle], chunks[middle][:24]]
+    if model == "error-event":
+        return [*chunks[:middle], _ERROR_EVENT, chunks[-1]]
+    if model in UPSTREAM_FAULTS:  # a value fault in the first chunk that carries tokens
+        return [chunks[0], b"data: " + faulty_json(model, orjson.loads(chunks[1][6:])) + b"\n\n", *chunks[2:]]
+    return chunks
+
+
 class FakeVllmUpstream:
     """An ASGI app answering /v1/chat/completions and /v1/completions like vLLM would."""
 
@@ -82,7 +135,7 @@ class FakeVllmUpstream:
         text = fake_completion_text(body, min(tokens, self.completion_tokens))
         if body.get("stream"):
             return await self._stream(body, endpoint, text, receive, send)
-        await send_bytes(send, 200, orjson.dumps(self._unary(body, endpoint, text)))
+        await send_bytes(send, 200, faulty_json(model, self._unary(body, endpoint, text)))
 
     def _unary(self, body: dict[str, Any], endpoint: str, text: str) -> dict[str, Any]:
         ids = list(text.encode())
@@ -96,9 +149,10 @@ class FakeVllmUpstream:
                       "token_ids": ids}
             extra = {"prompt_token_ids": prompt_ids}
         else:
+            echoed = [None, *[-0.25] * (len(prompt_ids) - 1)] if body.get("echo") and prompt_ids else []
             choice = {"index": 0, "text": text, "finish_reason": finish, "token_ids": ids,
                       "prompt_token_ids": prompt_ids,
-                      "logprobs": {"tokens": list(text), "token_logprobs": lp, "top_logprobs": None,
+                      "logprobs": {"tokens": list(text), "token_logprobs": [*echoed, *lp], "top_logprobs": None,
                                    "text_offset": list(range(len(ids)))}}
             extra = {}
         usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids),
@@ -133,7 +187,8 @@ class FakeVllmUpstream:
             n_prompt = len(fake_prompt_ids(body))
             chunks.append({**head, "choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(ids),
                                                             "total_tokens": n_prompt + len(ids)}})
-        return [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks]
+        events = [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks]
+        return faulty_stream(body.get("model", ""), [*events, b"data: [DONE]\n\n"])
 
     async def _stream(self, body: dict[str, Any], endpoint: str, text: str, receive: Receive, send: Send) -> None:
         chunks = self._chunks(body, endpoint, text)
@@ -143,7 +198,7 @@ class FakeVllmUpstream:
         gone = asyncio.Event()
         watcher = asyncio.ensure_future(_watch(receive, gone)) if delay else None
         try:
-            for i, chunk in enumerate(chunks):
+            for i, chunk in enumerate(chunks[:-1]):
                 if model == "drop" and i == len(chunks) // 2:
                     raise RuntimeError("fake upstream drops the connection mid-stream")
                 if gone.is_set():
@@ -152,7 +207,7 @@ class FakeVllmUpstream:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 if delay:
                     await asyncio.sleep(delay)
-            await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+            await send({"type": "http.response.body", "body": chunks[-1], "more_body": False})
         finally:
             if watcher is not None:
                 watcher.cancel()

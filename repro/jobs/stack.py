@@ -59,6 +59,15 @@ def tiny_model(config: TinyModelConfig, corpus: list[str], harness: Any = None) 
     return out, False
 
 
+def model_vocab_size(model_dir: Path) -> int | None:
+    """The number of token ids the checkpoint can emit (its ``config.json`` ``vocab_size``), if recorded."""
+    try:
+        size = json.loads((Path(model_dir) / "config.json").read_text()).get("vocab_size")
+    except (OSError, ValueError):
+        return None
+    return size if isinstance(size, int) and size > 0 else None
+
+
 @contextlib.contextmanager
 def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig, run_dir: Path,
                   expert_tasks: Path | None = None, server_args: tuple[str, ...] = ()) -> Iterator[Stack]:
@@ -80,7 +89,8 @@ def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig
         proxy_cfg = ProxyConfig(**{**asdict(proxy), "port": proxy.port or free_port(),
                                    "upstream_url": f"http://127.0.0.1:{server_port}",
                                    "store_path": str(run_dir / "traces.sqlite"),
-                                   "upstream_model": serving.served_model_name})
+                                   "upstream_model": serving.served_model_name,
+                                   "vocab_size": proxy.vocab_size or model_vocab_size(model_dir)})
         procs.append(start_proxy_process(proxy_cfg, log_path=run_dir / "proxy.log"))
         yield Stack(model_dir, f"http://127.0.0.1:{server_port}", f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg,
                     serving.served_model_name)

@@ -10,12 +10,14 @@ Routes::
     POST /rollouts/{id}/purpose/{purpose}/v1/...     the same, the call recorded with that purpose (auxiliary,
                                                      summary: a harness's side calls; see routes.purpose_base_url)
     GET  /rollouts/{id}/v1/models, GET /v1/models    forwarded
-    GET  /health
+    GET  /health                                     200 {"status": "ok"}; 503 {"status": "unhealthy", "reason"}
+                                                     once the trace writer has stopped
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any
 
@@ -25,12 +27,13 @@ from repro.proxy.errors import ProxyError, bad_request
 from repro.proxy.forward import Forwarder
 from repro.proxy.registry import RolloutRegistry
 from repro.proxy.routes import PURPOSE_SEGMENT, check_purpose
-from repro.proxy.validation import check_chat, check_completion, check_rollout_id, parse_json_object, without_secrets
+from repro.proxy.validation import check_chat, check_completion, check_rollout_id, parse_json_object, storable_request
 from repro.store import CallRecord, GroupCommitWriter, SqliteTraceStore, TraceStoreConfig
 
 _RECORDED_HEADERS = frozenset({b"user-agent", b"x-stainless-retry-count", b"x-stainless-lang",
                                b"x-stainless-package-version", b"x-stainless-runtime", b"x-request-id"})
 _ENDPOINTS = {"v1/chat/completions": "chat", "v1/completions": "completions"}
+log = logging.getLogger(__name__)
 
 
 class ProxyApp:
@@ -46,7 +49,8 @@ class ProxyApp:
     async def startup(self) -> None:
         store_config = TraceStoreConfig(path=self.config.store_path, synchronous=self.config.synchronous)
         self.store = SqliteTraceStore(store_config)
-        self.writer = GroupCommitWriter(store_config)
+        self.writer = GroupCommitWriter(store_config, write_timeout_s=self.config.write_timeout_s,
+                                        vocab_size=self.config.vocab_size)
         self.registry = RolloutRegistry(self.store, self.config.sampling_overrides)
         self.forwarder = Forwarder(self.config, self.writer)
         await self.forwarder.open()
@@ -54,8 +58,8 @@ class ProxyApp:
     async def shutdown(self) -> None:
         if self.forwarder is not None:
             await self.forwarder.close()
-        if self.writer is not None:
-            self.writer.close()
+        if self.writer is not None and not self.writer.close(timeout_s=self.config.shutdown_timeout_s + 5):
+            log.error("the trace writer did not finish within its bound; calls not yet acknowledged may be lost")
         if self.store is not None:
             self.store.close()
 
@@ -105,7 +109,7 @@ class ProxyApp:
         elif path == "/v1/models" and method == "GET":
             return await self.forwarder.models(send)
         elif path == "/health" and method == "GET":
-            return await send_json(send, 200, {"status": "ok"})
+            return await self._health(send)
         raise ProxyError(404, f"no route {method} {path}; model calls go to /rollouts/{{rollout_id}}/v1/...",
                          kind="not_found_error")
 
@@ -125,15 +129,18 @@ class ProxyApp:
         headers = {k.decode(): v.decode("latin-1") for k, v in scope["headers"] if k in _RECORDED_HEADERS}
         retry = headers.get("x-stainless-retry-count")
         call = CallRecord(
-            rollout_id=rollout_id, seq=seq, endpoint=endpoint, status="ok", request=without_secrets(request),
+            rollout_id=rollout_id, seq=seq, endpoint=endpoint, status="ok", request=storable_request(request),
             streamed=request.get("stream") is True, retry_count=int(retry) if retry and retry.isdigit() else None,
             client_headers=headers, sampling_overrides=overrides,
             t_start=t_start, purpose=purpose,
         )
-        if call.streamed:
-            await self.forwarder.stream(call, request, receive, send)
-        else:
-            await self.forwarder.unary(call, request, send)
+        await self.forwarder.forward(call, request, receive, send)
+
+    async def _health(self, send: Send) -> None:
+        if self.writer is not None and self.writer.healthy:
+            return await send_json(send, 200, {"status": "ok"})
+        reason = self.writer.failure if self.writer is not None else "starting"
+        await send_json(send, 503, {"status": "unhealthy", "reason": reason or "the trace writer has stopped"})
 
     def _rollout_info(self, rollout_id: str) -> dict[str, Any]:
         record = self.store.get_rollout(rollout_id)

@@ -56,6 +56,10 @@ def extract_response(body: dict[str, Any]) -> Extracted:
     return out
 
 
+class StreamFormatError(ValueError):
+    """An SSE event the proxy cannot read as a completion chunk (not JSON, not an object, wrong field types)."""
+
+
 @dataclass
 class _ToolCall:
     id: str | None = None
@@ -79,24 +83,45 @@ class StreamAccumulator:
         self.tool_calls: dict[int, _ToolCall] = {}
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.upstream_error: str | None = None  # an error event the upstream sent mid-stream
 
-    def feed(self, data: bytes) -> None:
-        """Consume raw bytes from upstream (any split)."""
-        self._pending += data
-        while True:
-            end = self._pending.find(b"\n\n")
-            if end < 0:
-                return
-            event, self._pending = self._pending[:end], self._pending[end + 2 :]
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    self._on_data(line[5:].strip())
+    def feed(self, data: bytes) -> bytes:
+        """Consume raw bytes from upstream (any split); returns the events this piece completed (what may be
+        passed on: a client never gets half an event). StreamFormatError on an event that is not a chunk."""
+        buffer = self._pending + data if self._pending else data
+        end = buffer.rfind(b"\n\n")
+        if end < 0:
+            self._pending = buffer
+            return b""
+        complete, self._pending = buffer[: end + 2], buffer[end + 2 :]
+        for line in complete.split(b"\n"):
+            if line.startswith(b"data:"):
+                self._on_data(line[5:].strip())
+        return complete
 
     def _on_data(self, payload: bytes) -> None:
         if payload == b"[DONE]":
             self.done = True
             return
-        chunk = orjson.loads(payload)
+        try:
+            chunk = orjson.loads(payload)
+            if chunk.get("object") in (None, "error"):  # not a completion chunk: vLLM's mid-stream error event
+                self._on_error_event(chunk)
+            self._on_chunk(chunk)
+        except orjson.JSONDecodeError as exc:
+            raise StreamFormatError(f"upstream sent an unreadable event ({exc}): {payload[:200]!r}") from None
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            what = "an event that is not a JSON object" if not isinstance(chunk, dict) else (
+                f"a malformed chunk ({type(exc).__name__}: {exc})")
+            raise StreamFormatError(f"upstream sent {what}: {payload[:200]!r}") from None
+
+    def _on_error_event(self, chunk: dict[str, Any]) -> None:
+        error = chunk.get("error", chunk if chunk.get("object") == "error" else None)
+        if error is not None:
+            message = error.get("message") if isinstance(error, dict) else error
+            self.upstream_error = self.upstream_error or str(message)[:2000]
+
+    def _on_chunk(self, chunk: dict[str, Any]) -> None:
         if not self.meta:
             self.meta = {k: chunk.get(k) for k in ("id", "created", "model")}
         if chunk.get("prompt_token_ids") is not None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
+
+UPSTREAM_API_KEY_ENV = "REPRO_UPSTREAM_API_KEY"
 
 
 @dataclass
@@ -13,6 +16,11 @@ class ProxyConfig:
     ``sampling_overrides`` maps a rollout mode (``train``/``eval``) to request fields that replace the
     harness's own (e.g. ``{"train": {"temperature": 1.0}}``); what was applied is stored with each call.
     ``upstream_model``, when set, replaces the ``model`` field the harness sends.
+    ``upstream_api_key`` (else the ``REPRO_UPSTREAM_API_KEY`` environment variable) is sent upstream as a bearer
+    token; it is never stored, logged, shown in ``repr`` or passed on a command line.
+    ``vocab_size``, when set, bounds the token ids the upstream may return (else the int32 range).
+    ``write_timeout_s`` bounds the wait for the trace writer; ``shutdown_timeout_s`` how long a stopping proxy
+    lets calls in flight finish before it cancels them.
     """
 
     upstream_url: str = "http://127.0.0.1:8000"
@@ -26,3 +34,15 @@ class ProxyConfig:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 600.0
     max_upstream_connections: int = 1024
+    upstream_api_key: str | None = field(default=None, repr=False)
+    vocab_size: int | None = None
+    write_timeout_s: float = 30.0
+    shutdown_timeout_s: float = 3.0
+
+    def resolved_upstream_api_key(self) -> str | None:
+        """The key sent upstream: the config's, else the environment's (None: send no Authorization header)."""
+        return self.upstream_api_key or os.environ.get(UPSTREAM_API_KEY_ENV) or None
+
+    def public_dict(self) -> dict[str, Any]:
+        """The config without the upstream key (what may be written to a command line or a file)."""
+        return {**self.__dict__, "upstream_api_key": None}

@@ -13,11 +13,12 @@ import orjson
 
 from repro.net import wait_for_http
 from repro.proxy.app import ProxyApp
-from repro.proxy.config import ProxyConfig
+from repro.proxy.config import UPSTREAM_API_KEY_ENV, ProxyConfig
 
 
 def serve(config: ProxyConfig) -> None:
-    """Serve until interrupted (blocking)."""
+    """Serve until interrupted (blocking). SIGTERM/SIGINT: calls in flight get ``shutdown_timeout_s`` to finish,
+    then are cancelled; the writer flushes what it holds (bounded) and the process exits."""
     import uvicorn
 
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
@@ -25,15 +26,21 @@ def serve(config: ProxyConfig) -> None:
     uvicorn.run(
         ProxyApp(config), host=config.host, port=config.port, loop=loop, http=http, lifespan="on",
         log_level="warning", access_log=False, proxy_headers=False, timeout_keep_alive=75, backlog=4096,
+        timeout_graceful_shutdown=config.shutdown_timeout_s,
     )
 
 
 def start_proxy_process(config: ProxyConfig, log_path: Path | None = None, timeout_s: float = 30.0
                         ) -> subprocess.Popen:
-    """Start ``python -m repro.proxy`` with ``config`` and wait until /health answers."""
-    cmd = [sys.executable, "-m", "repro.proxy", "--config-json", orjson.dumps(config.__dict__).decode()]
+    """Start ``python -m repro.proxy`` with ``config`` and wait until /health answers (the upstream key travels
+    in the child's environment, never on its command line)."""
+    cmd = [sys.executable, "-m", "repro.proxy", "--config-json", orjson.dumps(config.public_dict()).decode()]
+    env = os.environ.copy()
+    key = config.resolved_upstream_api_key()
+    if key:
+        env[UPSTREAM_API_KEY_ENV] = key
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         wait_for_http(f"http://{config.host}:{config.port}/health", timeout_s, proc)
     except Exception:
@@ -57,10 +64,16 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", dest="store_path", default=defaults.store_path)
     parser.add_argument("--upstream-model", default=None)
     parser.add_argument("--read-timeout-s", type=float, default=defaults.read_timeout_s)
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help="refuse token ids outside [0, N) from the upstream (default: the int32 range)")
+    parser.add_argument("--upstream-api-key", default=None,
+                        help=f"bearer token for the upstream (prefer the {UPSTREAM_API_KEY_ENV} environment variable: "
+                             "a flag is visible to other users in the process list)")
 
 
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     if args.config_json:
         return ProxyConfig(**orjson.loads(args.config_json))
     return ProxyConfig(upstream_url=args.upstream_url, host=args.host, port=args.port, store_path=args.store_path,
-                       upstream_model=args.upstream_model, read_timeout_s=args.read_timeout_s)
+                       upstream_model=args.upstream_model, read_timeout_s=args.read_timeout_s,
+                       vocab_size=args.vocab_size, upstream_api_key=args.upstream_api_key)

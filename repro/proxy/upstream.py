@@ -161,15 +161,25 @@ class Response:
         self.fail(UpstreamError("request aborted by the proxy"))
 
 
+def _auth_header(api_key: str | None) -> bytes:
+    """``Authorization: Bearer <key>`` for the upstream (empty without a key); the key is never logged."""
+    if not api_key:
+        return b""
+    if any(c in api_key for c in "\r\n\0") or not api_key.isprintable():
+        raise ValueError("the upstream API key holds control characters (proxy.upstream_api_key)")
+    return b"Authorization: Bearer " + api_key.encode("latin-1") + b"\r\n"
+
+
 class UpstreamPool:
     """Pooled keep-alive connections to ``host:port``."""
 
     def __init__(self, host: str, port: int, connect_timeout_s: float, read_timeout_s: float,
-                 idle_s: float = 4.0) -> None:
+                 idle_s: float = 4.0, api_key: str | None = None) -> None:
         self.host, self.port = host, port
         self.connect_timeout_s, self.read_timeout_s, self.idle_s = connect_timeout_s, read_timeout_s, idle_s
         self._idle: list[_Connection] = []
-        self._host_header = f"Host: {host}:{port}\r\n".encode()
+        self._host_header = f"Host: {host}:{port}\r\n".encode() + _auth_header(api_key)
+        self.has_api_key = bool(api_key)
 
     async def _connection(self) -> _Connection:
         now = time.monotonic()

@@ -8,12 +8,11 @@ from typing import Any
 import orjson
 
 from repro.proxy.errors import bad_request
+from repro.secrets import without_secrets
 
 ROLLOUT_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _NUMBER_FIELDS = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
 _INT_FIELDS = ("max_tokens", "max_completion_tokens", "n", "seed", "top_logprobs")
-# request fields that may carry credentials: never forwarded into the store
-SECRET_FIELDS = frozenset({"api_key", "apikey", "api-key", "authorization", "extra_headers", "headers"})
 
 
 def check_rollout_id(rollout_id: str) -> None:
@@ -77,8 +76,6 @@ def check_completion(req: dict[str, Any]) -> None:
     _check_common(req)
 
 
-def without_secrets(req: dict[str, Any]) -> dict[str, Any]:
-    """The request as it may be stored: credential-bearing fields removed."""
-    if SECRET_FIELDS.isdisjoint(req):
-        return req
-    return {k: v for k, v in req.items() if k not in SECRET_FIELDS}
+def storable_request(req: dict[str, Any]) -> dict[str, Any]:
+    """The request as it may be stored: credential-keyed entries and header maps removed at any depth."""
+    return without_secrets(req)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from repro.serving.cpu_server import ServerConfig
 
 CPU_SERVER_MODULE = "repro.serving.cpu_server"
+SERVER_API_KEY_ENV = "REPRO_SERVER_API_KEY"
 __all__ = [
     "CPU_SERVER_MODULE",
     "add_build_model_parser",
@@ -102,6 +104,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expert-slip-operators", default="",
                         help="comma-separated mutation operators: only their tasks can slip (default: any)")
     parser.add_argument("--scenarios", type=Path, default=None, help=argparse.SUPPRESS)  # tests: ScenarioEngine
+    parser.add_argument("--api-key", default=None,
+                        help=f"require this bearer token on /v1 routes (default: ${SERVER_API_KEY_ENV}; the variable "
+                             "keeps the key out of the process list)")
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -129,6 +134,7 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
         expert_slip_seed=args.expert_slip_seed,
         expert_slip_operators=tuple(op for op in args.expert_slip_operators.split(",") if op),
         scenarios=args.scenarios,
+        api_key=args.api_key or os.environ.get(SERVER_API_KEY_ENV) or None,
     )
 
 

@@ -7,7 +7,8 @@ vLLM extensions honoured: ``return_token_ids`` (prompt ids top-level for chat / 
 completions; completion ids per choice, as deltas when streaming), ``stop_token_ids``,
 ``chat_template_kwargs``, ``add_generation_prompt``, ``stop_reason``. Tool calls are parsed with the
 Hermes parser when the request has tools. A client that disconnects cancels its rows. Request
-bodies and headers are never logged.
+bodies and headers are never logged. With an API key (``--api-key`` or ``REPRO_SERVER_API_KEY``, as
+``vllm serve --api-key``), every ``/v1`` route requires ``Authorization: Bearer <key>`` (401 otherwise).
 
 Run: ``python -m repro.serving.cpu_server --model DIR --port N`` (see :mod:`repro.serving.commands`).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import traceback
 from collections.abc import AsyncIterator, Callable
@@ -75,6 +77,7 @@ class ServerConfig:
     expert_slip_seed: int = 0
     expert_slip_operators: tuple[str, ...] = ()  # only tasks of these mutation operators slip (empty: any)
     scenarios: Path | None = None  # tests only: scripted replies per scenario (repro.testing.ScenarioEngine)
+    api_key: str | None = field(default=None, repr=False)  # required as a bearer token on /v1 routes when set
 
 
 class Generation:
@@ -132,6 +135,7 @@ class CPUServerApp:
     engine: Engine
     served_model_name: str
     max_logprobs: int = 20
+    api_key: str | None = field(default=None, repr=False)
     _token_text: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -164,7 +168,16 @@ class CPUServerApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
+    def _authorized(self, scope: Scope) -> bool:
+        if not self.api_key or not scope["path"].startswith("/v1"):
+            return True
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        return hmac.compare_digest(given, b"Bearer " + self.api_key.encode())
+
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._authorized(scope):
+            await send_json(send, 401, error_body("missing or wrong API key", "authentication_error", 401))
+            return
         body = b""
         while True:
             message = await receive()
@@ -335,7 +348,7 @@ def create_app(config: ServerConfig) -> CPUServerApp:
     else:
         engine = Engine(config.engine)
     name = config.served_model_name or config.engine.model_dir.resolve().name
-    return CPUServerApp(engine, name, config.max_logprobs)
+    return CPUServerApp(engine, name, config.max_logprobs, api_key=config.api_key)
 
 
 def run_server(config: ServerConfig) -> None:

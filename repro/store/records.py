@@ -11,11 +11,13 @@ CALL_STATUSES = ("ok", "error", "aborted", "truncated")
 ROLLOUT_STATUSES = ("pending", "running", "finished", "failed")
 
 
-def encode_ids(ids: list[int] | None) -> bytes | None:
-    """Token ids as little-endian int32 bytes (4 bytes a token)."""
+def encode_ids(ids: list[int] | array | None) -> bytes | None:
+    """Token ids as little-endian int32 bytes (4 bytes a token); an int32 ``array`` is taken as it is."""
     if ids is None:
         return None
-    packed = array("i", ids)
+    packed = array("i", ids) if not isinstance(ids, array) or ids.typecode != "i" else ids
+    if packed is ids and sys.byteorder != "little":
+        packed = array("i", ids)  # byteswap below must not touch the caller's array
     if sys.byteorder != "little":
         packed.byteswap()
     return packed.tobytes()

@@ -2,64 +2,108 @@
 
 Each submitter gets told (through an asyncio future or a callback) only after the transaction holding
 its call has committed, so an acknowledged call is durable; the commit cost is shared by the batch.
+
+The writer thread does not die on a bad record: a call it cannot store is stored as a failed call with the
+reason (:class:`CallNotStored` tells the submitter), and the thread goes on. Should the thread end anyway,
+``failure`` says why, every waiting and later submitter gets :class:`WriterStopped` at once, and every wait
+is bounded (:class:`WriterTimeout`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import queue
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from repro.store.codec import Previous, call_to_row, rebuild
-from repro.store.drift import extends
-from repro.store.records import CallRecord, encode_ids
+from repro.store.codec import Previous
+from repro.store.encoder import CallEncoder, Key, TokenRangeError, failed_versions
+from repro.store.records import CallRecord
 from repro.store.schema import CALL_COLUMNS
 from repro.store.sqlite_store import TraceStoreConfig, connect
 
 _INSERT = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
-_UP_TO = ("SELECT rollout_id, seq, prompt_ids, completion_ids, request_json, prompt_prefix_len, messages_prefix_len, "
-          "prefix_seq FROM calls WHERE rollout_id=? AND seq<=? ORDER BY seq")
-_LAST_OF_PURPOSE = "SELECT max(seq) FROM calls WHERE rollout_id=? AND purpose=? AND seq<?"
 Done = Callable[[BaseException | None], None]
 _STOP = object()
+log = logging.getLogger(__name__)
+
+
+class TraceWriteError(RuntimeError):
+    """A call was not acknowledged as written."""
+
+
+class CallNotStored(TraceWriteError):
+    """The call could not be stored as received; ``recorded`` says whether a failed-call record took its place,
+    ``upstream_fault`` whether the cause is a value the upstream returned (a token id outside the vocabulary)."""
+
+    def __init__(self, reason: str, recorded: bool, upstream_fault: bool = False) -> None:
+        super().__init__(reason)
+        self.reason, self.recorded, self.upstream_fault = reason, recorded, upstream_fault
+
+
+class WriterStopped(TraceWriteError):
+    """The writer thread has ended; nothing more can be written."""
+
+
+class WriterTimeout(TraceWriteError):
+    """The writer did not commit the call within the bound."""
+
+
+@dataclass(eq=False, slots=True)
+class _Item:
+    call: CallRecord
+    done: Done | None = None
+    waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
 
 
 class GroupCommitWriter:
     """A writer thread that batches call inserts into one transaction per drain of its queue."""
 
-    def __init__(self, config: TraceStoreConfig, max_batch: int = 1024, cache_rollouts: int = 4096) -> None:
+    def __init__(self, config: TraceStoreConfig, max_batch: int = 1024, cache_rollouts: int = 4096,
+                 write_timeout_s: float = 30.0, vocab_size: int | None = None) -> None:
         self._config = config
         self._max_batch = max_batch
-        self._cache_rollouts = cache_rollouts
+        self.write_timeout_s = write_timeout_s
+        self._encoder = CallEncoder(cache_rollouts, vocab_size)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._last: OrderedDict[tuple[str, str], Previous] = OrderedDict()  # (rollout, purpose) -> last written
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self.failure: str | None = None  # why the writer thread ended, if it did
         self.commits = 0
         self.written = 0
+        self.stored_as_failed = 0
         self._thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
         self._thread.start()
         self._ready.wait()
         if self._error is not None:
             raise self._error
 
+    @property
+    def healthy(self) -> bool:
+        return self.failure is None and self._thread.is_alive()
+
     # submitting -----------------------------------------------------------------------------------
     def submit(self, call: CallRecord, done: Done) -> None:
         """Queue ``call``; ``done(None)`` runs in the writer thread after commit (``done(exc)`` on failure)."""
-        self._queue.put((call, done, None))
+        self._enqueue(_Item(call, done=done))
 
-    async def write(self, call: CallRecord) -> None:
-        """Queue ``call`` and wait until it is committed."""
+    async def write(self, call: CallRecord, timeout_s: float | None = None) -> None:
+        """Queue ``call`` and wait until it is committed (at most ``timeout_s``, default ``write_timeout_s``)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._queue.put((call, None, (loop, future)))
-        await future
+        limit = self.write_timeout_s if timeout_s is None else timeout_s
+        timer = loop.call_later(limit, _expire, future, limit)  # cheaper than wait_for: no task per call
+        self._enqueue(_Item(call, waiter=(loop, future)))
+        try:
+            await future
+        finally:
+            timer.cancel()
 
-    def write_sync(self, call: CallRecord, timeout: float = 30.0) -> None:
+    def write_sync(self, call: CallRecord, timeout_s: float | None = None) -> None:
         """Blocking variant for threads without an event loop."""
         finished = threading.Event()
         errors: list[BaseException] = []
@@ -70,16 +114,26 @@ class GroupCommitWriter:
             finished.set()
 
         self.submit(call, done)
-        if not finished.wait(timeout):
-            raise TimeoutError("trace writer did not commit in time")
+        limit = self.write_timeout_s if timeout_s is None else timeout_s
+        if not finished.wait(limit):
+            raise WriterTimeout(f"the trace writer did not commit the call within {limit}s")
         if errors:
             raise errors[0]
 
-    def close(self) -> None:
-        """Flush what is queued and stop the thread."""
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Flush what is queued and stop the thread; False when it did not stop within ``timeout_s``."""
         if self._thread.is_alive():
             self._queue.put(_STOP)
-            self._thread.join()
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _enqueue(self, item: _Item) -> None:
+        if self.failure is not None:
+            _notify([item], [WriterStopped(self.failure)])
+            return
+        self._queue.put(item)
+        if self.failure is not None:  # the thread ended while we queued: nobody else will answer
+            self._fail_queued()
 
     # the writer thread ----------------------------------------------------------------------------
     def _run(self) -> None:
@@ -90,100 +144,114 @@ class GroupCommitWriter:
             self._ready.set()
             return
         self._ready.set()
-        stopping = False
-        while not stopping:
-            batch = [self._queue.get()]
-            while len(batch) < self._max_batch:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if _STOP in batch:
-                stopping = True
-                batch = [item for item in batch if item is not _STOP]
-            if batch:
-                self._commit(conn, batch)
-        conn.close()
-
-    def _commit(self, conn: sqlite3.Connection, batch: list) -> None:
-        rows = [self._row(conn, item[0]) for item in batch]
-        errors: list[BaseException | None] = [None] * len(batch)
+        batch: list[_Item] = []
         try:
-            conn.execute("BEGIN")
-            conn.executemany(_INSERT, rows)
-            conn.execute("COMMIT")
-        except sqlite3.Error:
+            stopping = False
+            while not stopping:
+                batch, stopping = self._next_batch()
+                if batch:
+                    self._commit(conn, batch)
+                batch = []
+        except BaseException as exc:  # anything that escapes: fail everyone now instead of hanging them
+            self.failure = f"trace writer stopped: {type(exc).__name__}: {exc}"
+            log.error("%s", self.failure)
+            _notify(batch, [WriterStopped(self.failure)] * len(batch))
+            self._fail_queued()
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    def _next_batch(self) -> tuple[list[_Item], bool]:
+        batch = [self._queue.get()]
+        while len(batch) < self._max_batch:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        if _STOP not in batch:  # identity comparisons (_Item has no __eq__)
+            return batch, False
+        return [item for item in batch if item is not _STOP], True
+
+    def _fail_queued(self) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not _STOP:
+                _notify([item], [WriterStopped(self.failure or "trace writer stopped")])
+
+    def _commit(self, conn: sqlite3.Connection, batch: list[_Item]) -> None:
+        try:
+            self._commit_together(conn, batch)
+            errors: list[BaseException | None] = [None] * len(batch)
+        except Exception:  # a record that cannot be encoded or inserted: roll back, then one call at a time
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            errors = self._commit_one_by_one(conn, rows)
+            self._encoder.forget([(item.call.rollout_id, item.call.purpose) for item in batch])
+            errors = [self._commit_alone(conn, item.call) for item in batch]
         self.commits += 1
-        self.written += sum(1 for e in errors if e is None)
-        self._notify(batch, errors)
+        self.written += sum(1 for e in errors if e is None or (isinstance(e, CallNotStored) and e.recorded))
+        _notify(batch, errors)
 
-    @staticmethod
-    def _commit_one_by_one(conn: sqlite3.Connection, rows: list[tuple]) -> list[BaseException | None]:
-        errors: list[BaseException | None] = []
-        for row in rows:
-            try:
-                conn.execute(_INSERT, row)
-                errors.append(None)
-            except sqlite3.Error as exc:
-                errors.append(exc)
-        return errors
+    def _commit_together(self, conn: sqlite3.Connection, batch: list[_Item]) -> None:
+        pending: dict[Key, Previous] = {}
+        rows = []
+        for item in batch:
+            row, key, previous = self._encoder.encode(conn, item.call, pending)
+            pending[key] = previous
+            rows.append(row)
+        conn.execute("BEGIN")
+        conn.executemany(_INSERT, rows)
+        conn.execute("COMMIT")
+        for key, previous in pending.items():
+            self._encoder.committed(key, previous)
 
-    def _row(self, conn: sqlite3.Connection, call: CallRecord) -> tuple:
-        prompt = encode_ids(call.prompt_ids)
-        completion = encode_ids(call.completion_ids)
-        request = call.request
-        messages = request.get("messages") if isinstance(request, dict) else None
-        stored_prompt, prompt_prefix, stored_request, messages_prefix = prompt, 0, request, 0
-        previous = self._previous(conn, call) if call.seq > 0 else None
-        if previous is not None and prompt is not None and previous.prompt is not None:
-            call.extends_previous = extends(previous.prompt, previous.completion, prompt)
-            if call.extends_previous:
-                cut = len(previous.prompt) + len(previous.completion)
-                stored_prompt, prompt_prefix = prompt[cut:], cut // 4
-        if previous is not None and _extends_messages(previous.messages, messages):
-            messages_prefix = len(previous.messages)
-            stored_request = {**request, "messages": messages[messages_prefix:]}
-        self._remember((call.rollout_id, call.purpose), Previous(call.seq, prompt, completion or b"", messages))
-        base_seq = previous.seq if prompt_prefix or messages_prefix else None
-        return call_to_row(call, stored_request, stored_prompt, completion, prompt_prefix, messages_prefix, base_seq)
-
-    def _previous(self, conn: sqlite3.Connection, call: CallRecord) -> Previous | None:
-        """The rollout's latest written call before ``call`` with the same purpose (None when there is none)."""
-        cached = self._last.get((call.rollout_id, call.purpose))
-        if cached is not None and cached.seq < call.seq:
-            return cached
-        seq = conn.execute(_LAST_OF_PURPOSE, (call.rollout_id, call.purpose, call.seq)).fetchone()[0]
-        if seq is None:
+    def _commit_alone(self, conn: sqlite3.Connection, call: CallRecord) -> BaseException | None:
+        """Insert one call (autocommit); if it cannot be stored, store it as a failed call with the reason."""
+        try:
+            self._insert(conn, call)
             return None
-        rows = conn.execute(_UP_TO, (call.rollout_id, seq)).fetchall()
-        prompt, request = rebuild(rows)[-1]
-        messages = request.get("messages") if isinstance(request, dict) else None
-        return Previous(seq, prompt, rows[-1]["completion_ids"] or b"", messages)
+        except TokenRangeError as exc:
+            reason, upstream_fault = str(exc), True
+        except Exception as exc:
+            reason, upstream_fault = f"{type(exc).__name__}: {exc}", False
+        for failed in failed_versions(call, reason, upstream_fault):
+            try:
+                self._insert(conn, failed)
+            except Exception:
+                continue
+            self.stored_as_failed += 1
+            log.warning("call %s#%d stored as failed: %s", call.rollout_id, call.seq, reason)
+            return CallNotStored(reason, recorded=True, upstream_fault=upstream_fault)
+        log.error("call %s#%d could not be stored at all: %s", call.rollout_id, call.seq, reason)
+        return CallNotStored(reason, recorded=False, upstream_fault=upstream_fault)
 
-    def _remember(self, key: tuple[str, str], previous: Previous) -> None:
-        cached = self._last.get(key)
-        if cached is not None and cached.seq > previous.seq:
-            return
-        self._last[key] = previous
-        self._last.move_to_end(key)
-        while len(self._last) > self._cache_rollouts:
-            self._last.popitem(last=False)
+    def _insert(self, conn: sqlite3.Connection, call: CallRecord) -> None:
+        row, key, previous = self._encoder.encode(conn, call)
+        conn.execute(_INSERT, row)
+        self._encoder.committed(key, previous)
 
-    @staticmethod
-    def _notify(batch: list, errors: list[BaseException | None]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
-        for (_, done, waiter), error in zip(batch, errors, strict=True):
-            if done is not None:
-                done(error)
-            else:
-                loop, future = waiter
-                by_loop.setdefault(loop, []).append((future, error))
-        for loop, futures in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # loop already closed: nobody is waiting
-                loop.call_soon_threadsafe(_resolve, futures)
+
+def _notify(batch: list[_Item], errors: list[BaseException | None]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+    for item, error in zip(batch, errors, strict=True):
+        if item.done is not None:
+            try:
+                item.done(error)
+            except Exception:  # a submitter's callback must not take the writer down
+                log.exception("trace writer callback failed")
+        elif item.waiter is not None:
+            loop, future = item.waiter
+            by_loop.setdefault(loop, []).append((future, error))
+    for loop, futures in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # loop already closed: nobody is waiting
+            loop.call_soon_threadsafe(_resolve, futures)
+
+
+def _expire(future: asyncio.Future, limit: float) -> None:
+    if not future.done():  # the writer's late answer then finds the future done and is dropped
+        future.set_exception(WriterTimeout(f"the trace writer did not commit the call within {limit}s"))
 
 
 def _resolve(futures: list) -> None:
@@ -194,10 +262,3 @@ def _resolve(futures: list) -> None:
             future.set_result(None)
         else:
             future.set_exception(error)
-
-
-def _extends_messages(previous: list | None, messages: list | None) -> bool:
-    """True when ``messages`` starts with all of ``previous`` (a non-empty list)."""
-    if not previous or not isinstance(messages, list) or len(messages) < len(previous):
-        return False
-    return messages[: len(previous)] == previous

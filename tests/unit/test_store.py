@@ -41,8 +41,8 @@ def _sse_bytes(text_len: int) -> bytes:
     fake = FakeVllmUpstream(completion_tokens=text_len, tokens_per_chunk=3)
     body = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "stream": True,
             "stream_options": {"include_usage": True}}
-    chunks = fake._chunks(body, "chat", "abcdefghijklmnopqrstuvwxyz"[:text_len])
-    return b"".join(chunks) + b"data: [DONE]\n\n"
+    chunks = fake._chunks(body, "chat", "abcdefghijklmnopqrstuvwxyz"[:text_len])  # ends with data: [DONE]
+    return b"".join(chunks)
 
 
 @settings(max_examples=60)
@@ -52,12 +52,13 @@ def test_stream_assembly_does_not_depend_on_how_bytes_are_split(text_len: int, c
     whole = StreamAccumulator()
     whole.feed(data)
     pieces = StreamAccumulator()
-    start = 0
+    start, passed_on = 0, []
     for cut in cuts:
-        pieces.feed(data[start : start + cut])
+        passed_on.append(pieces.feed(data[start : start + cut]))
         start += cut
-    pieces.feed(data[start:])
+    passed_on.append(pieces.feed(data[start:]))
     assert whole.done and pieces.done
+    assert b"".join(passed_on) == data  # what is passed on: every event whole, in order, none dropped
     assert pieces.result("chat") == whole.result("chat")
     assert bytes(whole.completion_ids).decode() == "abcdefghijklmnopqrstuvwxyz"[:text_len]
 
