@@ -110,9 +110,7 @@ def run(overrides: list[str]) -> Path:
 
 def run_configured(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Path:
     """Record ``cfg`` and provenance in ``run_dir``, then call the experiment's job there."""
-    resolved = without_secrets(OmegaConf.to_container(cfg, resolve=True), replacement=REDACTED)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
-    (run_dir / "overrides.txt").write_text("\n".join(redacted_overrides(overrides)) + "\n")
+    record_config(cfg, run_dir, overrides)
     (run_dir / "manifest.json").write_text(json.dumps(manifest(), indent=2))
     print(f"run directory: {run_dir}", flush=True)
     try:
@@ -123,6 +121,13 @@ def run_configured(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Path
             raise SystemExit(f"error: {cause}") from None
         raise
     return run_dir
+
+
+def record_config(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
+    """Write the resolved ``config.yaml`` and ``overrides.txt``, credentials (e.g. an upstream key) redacted."""
+    resolved = without_secrets(OmegaConf.to_container(cfg, resolve=True), replacement=REDACTED)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
+    (run_dir / "overrides.txt").write_text("\n".join(redacted_overrides(overrides)) + "\n")
 
 
 def redacted_overrides(overrides: list[str]) -> list[str]:

@@ -121,6 +121,10 @@ def test_writer_that_stops_turns_health_red_and_answers_503_at_once(tmp_path, fa
         health = httpx.get(f"{running.url}/health", timeout=_TIMEOUT)
         assert health.status_code == 503 and "simulated death" in health.json()["reason"]
         assert len(running.store().calls("dies")) == 1
+        started = time.monotonic()
+        server.server.should_exit = True  # what SIGTERM does: the proxy still stops promptly
+        server.thread.join(timeout=10)
+        assert not server.thread.is_alive() and time.monotonic() - started < 10
 
 
 def test_a_commit_that_never_returns_is_a_503_within_the_bound(tmp_path, fake_upstream, monkeypatch) -> None:

@@ -116,3 +116,16 @@ def test_upstream_that_needs_a_key(tmp_path: Path, keyed_server, monkeypatch, ca
                           if Path(config.store_path + s).exists())
     assert key.encode() not in stored and key not in caplog.text
     assert key not in server_log.read_text()
+
+
+def test_a_run_directory_never_holds_the_upstream_key(tmp_path: Path, monkeypatch) -> None:
+    from repro.runner import compose_config, record_config
+
+    monkeypatch.setenv("MY_KEY", "sk-from-env-123")
+    overrides = ["experiment=smoke", "proxy.upstream_api_key=${oc.env:MY_KEY}"]
+    cfg = compose_config(overrides)
+    assert cfg.proxy.upstream_api_key == "sk-from-env-123"  # the job still gets it
+    record_config(cfg, tmp_path, [*overrides, "+proxy.extra.api_key=sk-cli-456"])
+    written = (tmp_path / "config.yaml").read_text() + (tmp_path / "overrides.txt").read_text()
+    assert "sk-from-env-123" not in written and "sk-cli-456" not in written
+    assert "upstream_api_key: <redacted>" in written and "+proxy.extra.api_key=<redacted>" in written
