@@ -19,9 +19,13 @@ Outcome rule:
   swebench in one place: a SKIPPED test counts as not passed (swebench leaves it out of both lists, so a patch
   that made every FAIL_TO_PASS test skip would count as resolved).
 
-Known gaps, shared with SWE-bench: a patch may still add or edit a ``conftest.py`` (pytest hooks can rewrite
-reports), and XFAIL counts as passed, so code that calls ``pytest.xfail()`` would pass. The test runner itself
-cannot be replaced (see ``pytest_runner.PYTEST_MAIN``).
+Files a patch may not add, because they run before or around the tests rather than being tested: a new
+``conftest.py`` (pytest hooks can rewrite reports: a patch adding one was graded resolved with no fix), and
+Python start-up hooks (``sitecustomize.py``, ``usercustomize.py``, ``*.pth``). They are left out when the patch is
+applied, and the verdict's reason says so. Third-party pytest plugins do not load (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``)
+and the test runner itself cannot be replaced (see ``pytest_runner.PYTEST_MAIN``). Known gaps: a patch may still
+edit a ``conftest.py`` the repository already has, and XFAIL counts as passed, so code that calls
+``pytest.xfail()`` would pass.
 """
 
 from __future__ import annotations
@@ -50,6 +54,16 @@ LOG_TAIL_CHARS = 4000
 PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error (a test id not found?)", 5: "no tests collected"}
 
 
+_ADDED_PATHS = re.compile(r"^--- /dev/null\n\+\+\+ b/([^\t\n]+)", re.M)
+_HOOK_NAMES = ("conftest.py", "sitecustomize.py", "usercustomize.py")
+
+
+def added_hook_files(patch: str) -> tuple[str, ...]:
+    """Files ``patch`` adds that would run around the tests (``conftest.py``, start-up hooks, ``*.pth``)."""
+    added = _ADDED_PATHS.findall(patch)
+    return tuple(p for p in added if p.rsplit("/", 1)[-1] in _HOOK_NAMES or p.endswith(".pth"))
+
+
 def protected_paths(task: Task) -> tuple[str, ...]:
     """Files whose changes in the agent's patch are ignored: test_patch's files and the graded tests' files."""
     paths = {p for match in _PATCH_PATHS.findall(task.test_patch) for p in match if p}
@@ -66,7 +80,8 @@ def decide(task: Task, run: TestRun, limits_cpu_s: int = 0) -> GradeResult:
     """The outcome of a finished test run (see the module docstring for the rule)."""
     tail = run.log[-LOG_TAIL_CHARS:]
     if run.timed_out:
-        return GradeResult("timeout", f"tests killed at the time limit ({run.duration_s:.1f} s)", log_tail=tail)
+        return GradeResult("timeout", f"tests killed at the time limit of {run.timeout_s:g} s (sandbox.test_timeout_s)",
+                           log_tail=tail)
     if run.exit_code == -signal.SIGXCPU:
         return GradeResult("timeout", f"tests ran past the CPU-time limit ({limits_cpu_s} s)", log_tail=tail)
     if run.exit_code == 1 and not run.statuses and "No module named 'pytest'" in run.log:
@@ -110,7 +125,8 @@ def _grade_in_copy(task: Task, patch: str, copy: Path, config: LocalSandboxConfi
     if task.test_patch.strip() and (problem := apply_patch(copy, task.test_patch)):
         return GradeResult("error", "test_patch does not apply at base_commit", log_tail=problem[-LOG_TAIL_CHARS:])
     empty = not patch.strip()
-    if not empty and (problem := apply_patch(copy, patch, exclude=protected_paths(task))):
+    hooks = added_hook_files(patch)
+    if not empty and (problem := apply_patch(copy, patch, exclude=(*protected_paths(task), *hooks))):
         return GradeResult("unresolved", "patch does not apply", log_tail=problem[-LOG_TAIL_CHARS:])
     try:
         run = run_pytest(copy, graded_tests(task), config.test_timeout_s, config.limits, config.python)
@@ -119,6 +135,8 @@ def _grade_in_copy(task: Task, patch: str, copy: Path, config: LocalSandboxConfi
     result = decide(task, run, config.limits.cpu_s)
     if empty and result.outcome == "unresolved":
         result.reason = f"empty patch; {result.reason}"
+    if hooks:
+        result.reason = f"{result.reason}; left out of the patch (files that run around the tests): {', '.join(hooks)}"
     return result
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 # Only these variables reach sandboxed commands: no credentials, no proxies, no user config.
 SAFE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
@@ -62,18 +65,73 @@ def _apply_limits(limits: ResourceLimits) -> None:
 
 def run_limited(cmd: list[str], cwd: Path, env: dict[str, str], timeout_s: float, limits: ResourceLimits,
                 stdin: str | None = None) -> CommandResult:
-    """Run ``cmd`` in its own session with rlimits; on timeout the whole process group is killed."""
+    """Run ``cmd`` in its own session with rlimits, for at most ``timeout_s``.
+
+    Whatever it leaves behind is killed when it ends, on every exit (normal, timeout, error): every process of its
+    session, background ones included. Output is read until the command itself has exited (a background process
+    that keeps the pipe open cannot hold the result back), and every wait is bounded."""
     started = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=env, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         preexec_fn=lambda: _apply_limits(limits),
     )
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=_read_all, args=(proc.stdout, chunks), daemon=True)
+    reader.start()
+    timed_out = False
     try:
-        out, _ = proc.communicate(input=stdin.encode() if stdin is not None else None, timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        timed_out = True
-    return CommandResult(proc.returncode, out.decode("utf-8", "replace"), timed_out, time.monotonic() - started)
+        if stdin is not None:
+            _feed(proc, stdin)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    finally:
+        kill_session(proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=_KILL_WAIT_S)
+        reader.join(timeout=_KILL_WAIT_S)  # the pipe closes once the session is gone
+    output = b"".join(chunks).decode("utf-8", "replace")
+    return CommandResult(proc.returncode if proc.returncode is not None else -signal.SIGKILL, output, timed_out,
+                         time.monotonic() - started)
+
+
+_KILL_WAIT_S = 5.0
+
+
+def _read_all(stream: IO[bytes], chunks: list[bytes]) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        while piece := stream.read1(65536):
+            chunks.append(piece)
+
+
+def _feed(proc: subprocess.Popen, stdin: str) -> None:
+    with contextlib.suppress(BrokenPipeError, OSError):
+        proc.stdin.write(stdin.encode())
+        proc.stdin.close()
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` (the leader included): its process group, and processes that
+    moved to another group of the same session. A process that started a new session of its own escapes."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(sid, signal.SIGKILL)
+    for pid in _session_members(sid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _session_members(sid: int) -> list[int]:
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp session ...
+        if len(fields) > 3 and int(fields[3]) == sid:
+            members.append(int(entry.name))
+    return members

@@ -18,7 +18,7 @@ from pathlib import Path
 from repro.protocols import GradeResult, Workspace
 from repro.sandbox.grading import grade_patch
 from repro.sandbox.limits import CommandResult, ResourceLimits, clean_env, run_limited
-from repro.sandbox.repos import GitError, RepoResolver, diff_against, make_working_copy, remove_tree
+from repro.sandbox.repos import GitError, RepoResolver, diff_against, make_agent_copy, remove_tree
 from repro.tasks.schema import Task
 
 
@@ -36,7 +36,8 @@ class LocalSandboxConfig:
 
 @dataclass
 class LocalWorkspace:
-    """A rollout's working copy at ``base_commit`` (full sha), with a private HOME for its commands."""
+    """A rollout's working copy of the base tree, with a private HOME for its commands. ``base_commit`` is the
+    copy's own root commit (same tree as the task's ``base_commit``, none of its history)."""
 
     path: Path
     base_commit: str
@@ -85,9 +86,9 @@ class LocalSandbox:
         path, home = self.root / name, self.root / ".homes" / name
         remove_tree(path)
         remove_tree(home)
-        make_working_copy(repo, sha, path)
+        root_commit = make_agent_copy(repo, sha, path)  # the base tree and nothing of the repository's history
         home.mkdir(parents=True)
-        return LocalWorkspace(path, sha, home, self.config.keep_workspaces)
+        return LocalWorkspace(path, root_commit, home, self.config.keep_workspaces)
 
     def grade(self, task: Task, workspace: Workspace) -> GradeResult:
         """Grade the workspace's diff in a fresh copy (the agent's copy itself is never trusted)."""

@@ -1,7 +1,13 @@
-"""Run pytest node ids in a working copy and read each test's status with SWE-bench's own log parser."""
+"""Run pytest node ids in a working copy and read each test's status with SWE-bench's own log parser.
+
+pytest 9 reports a failing unittest ``subTest`` as its own ``SUBFAILED(...) <test id> - ...`` summary line while
+the test itself is reported ``PASSED``; swebench's parser (written for pytest <= 8, where such a test fails)
+ignores that line. :func:`parse_statuses` marks a test with any failed sub-test FAILED, whatever the version.
+"""
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -14,7 +20,11 @@ from repro.sandbox.limits import ResourceLimits, clean_env, run_limited
 # Like `python -m pytest`, but pytest is imported before the working copy goes first on sys.path: otherwise a
 # patch that adds a `pytest.py` would replace the test runner (SWE-bench's `pytest` script is not exposed either).
 PYTEST_MAIN = ("import os, sys; sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]; import pytest; "
-               "sys.path.insert(0, os.getcwd()); sys.exit(pytest.console_main())")
+               "sys.path.insert(0, os.getcwd()); sys.exit(int(pytest.main()))")  # console_main: deprecated in pytest 9
+
+
+# "SUBFAILED[msg] (k=v, ...) <test id> - <message>": the description ends with "]" or ")", the id follows it
+_SUBFAILED = re.compile(r"^SUBFAILED.*?[\])] (\S+::\S+)(?: - |$)", re.M)
 
 
 @dataclass
@@ -26,6 +36,16 @@ class TestRun:
     timed_out: bool = False
     duration_s: float = 0.0
     log: str = ""
+    timeout_s: float = 0.0  # the wall-clock limit the run had
+
+
+def parse_statuses(log: str) -> dict[str, str]:
+    """Test statuses from a ``pytest -rA`` log: swebench's parser, plus pytest 9's ``SUBFAILED`` lines (a test
+    with a failed sub-test is FAILED)."""
+    statuses = parse_log_pytest(log, None)
+    for match in _SUBFAILED.finditer(log):
+        statuses[match.group(1)] = "FAILED"
+    return statuses
 
 
 def run_pytest(repo_dir: Path, test_ids: list[str], timeout_s: float = 120.0,
@@ -36,5 +56,5 @@ def run_pytest(repo_dir: Path, test_ids: list[str], timeout_s: float = 120.0,
            "--tb=short", *test_ids]
     with tempfile.TemporaryDirectory(prefix="repro-home-") as home:
         result = run_limited(cmd, repo_dir, clean_env(Path(home)), timeout_s, limits or ResourceLimits())
-    statuses = {} if result.timed_out else parse_log_pytest(result.output, None)
-    return TestRun(statuses, result.exit_code, result.timed_out, result.duration_s, result.output)
+    statuses = {} if result.timed_out else parse_statuses(result.output)
+    return TestRun(statuses, result.exit_code, result.timed_out, result.duration_s, result.output, timeout_s)

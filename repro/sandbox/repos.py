@@ -3,12 +3,18 @@
 A task's ``repo`` (``owner/name``) resolves to ``task.repo_path`` when set (absolute path, ``file://`` URL, or a
 path relative to ``repos_dir``), else to ``<repos_dir>/<owner>__<name>`` (SWE-bench's naming).
 
-A working copy is a fresh directory whose hand-made ``.git`` borrows the source repository's objects through
+A grading copy is a fresh directory whose hand-made ``.git`` borrows the source repository's objects through
 ``objects/info/alternates``, has ``HEAD`` detached at ``base_commit`` and no refs; one ``git read-tree -u``
 writes the files and the index. Measured on this machine it is the cheapest correct way (3.7 ms for a 5-file
 repo; ``git clone --shared`` + checkout 13 ms, ``git worktree add`` 8.5 ms, ``git archive`` + init + commit
-15 ms; all within 20% of each other at 3,000 files). It never writes into the source repository, keeps the real
-``base_commit`` sha and its history, and later commits (which may hold the fix) are not reachable from any ref.
+15 ms; all within 20% of each other at 3,000 files). It never writes into the source repository.
+
+An agent's copy (:func:`make_agent_copy`) must not see anything past ``base_commit``: a task repository's history
+usually holds the fix (``git log``, ``git diff HEAD HEAD~1``, and borrowed objects readable with
+``git cat-file --batch-all-objects``). So it is made the same way, then ``HEAD`` becomes a new root commit of the
+base tree (fixed author and date: the same sha for every rollout of a task), only the objects of that tree are
+packed into the copy, and the alternates link is removed. The agent sees the base files and one commit, nothing
+else; grading still applies its diff at the real ``base_commit``.
 """
 
 from __future__ import annotations
@@ -150,6 +156,24 @@ def make_working_copy(repo: SourceRepo, commit: str, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     _write_git_dir(dest / ".git", repo, commit)
     git(["read-tree", "-u", "--reset", "HEAD"], dest)
+
+
+_ROOT_COMMIT_ENV = {"GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
+
+
+def make_agent_copy(repo: SourceRepo, commit: str, dest: Path) -> str:
+    """A working copy of ``commit``'s tree in ``dest`` holding no object from the source repository's history;
+    returns the sha of its only commit (what the agent's diff is taken against)."""
+    make_working_copy(repo, commit, dest)
+    tree = git(["rev-parse", f"{commit}^{{tree}}"], dest).stdout.strip()
+    root = git(["commit-tree", tree, "-m", "base"], dest, env=_ROOT_COMMIT_ENV).stdout.strip()
+    git(["pack-objects", "--revs", "--window=0", "--compression=0", "-q", ".git/objects/pack/pack"], dest,
+        stdin=f"{root}\n")
+    (dest / ".git/objects/info/alternates").unlink()
+    (dest / ".git/shallow").unlink(missing_ok=True)
+    (dest / ".git/HEAD").write_text(f"{root}\n")
+    git(["prune-packed", "-q"], dest)  # the loose copy of the new commit: it is in the pack now
+    return root
 
 
 def diff_against(work: Path, commit: str) -> str:

@@ -93,7 +93,11 @@ def test_gold_patch_resolves_and_empty_patch_does_not(families: list[str]) -> No
             workspace = sandbox.workspace(task, "history-check")
             history = subprocess.run(["git", "log", "--all", "--format=%H"], cwd=workspace.path,
                                      capture_output=True, text=True, check=True).stdout.split()
-            assert history == [task.base_commit], "the workspace's git history must not reveal the fix"
+            assert history == [workspace.base_commit], "the workspace's git history must not reveal the fix"
+            trees = [subprocess.run(["git", "rev-parse", f"{c}^{{tree}}"], cwd=cwd, capture_output=True, text=True,
+                                    check=True).stdout for c, cwd in ((workspace.base_commit, workspace.path),
+                                                                       (task.base_commit, task.repo_path))]
+            assert trees[0] == trees[1]  # the base files, under a commit of their own
             workspace.cleanup()
     finally:
         sandbox.close()

@@ -95,9 +95,10 @@ def test_workspace_is_a_clean_git_copy_at_base(sandbox: LocalSandbox, task: Task
     ws = sandbox.workspace(task, "rollout/1")
     assert ws.path == sandbox.root / "rollout_1"
     assert (ws.path / "calc.py").read_text() == CALC
-    assert git(["rev-parse", "HEAD"], ws.path).stdout.strip() == task.base_commit
+    tree = git(["rev-parse", "HEAD^{tree}"], ws.path).stdout.strip()
+    source = sandbox.resolver.resolve(task)[0].path
+    assert tree == git(["rev-parse", f"{task.base_commit}^{{tree}}"], source).stdout.strip()
     assert git(["status", "--porcelain"], ws.path).stdout == ""
-    # later commits (the fix) are not reachable from the workspace's refs
     assert git(["log", "--all", "--format=%s"], ws.path).stdout.split("\n")[:-1] == ["base"]
     assert ws.diff() == ""
     ws.cleanup()
@@ -220,3 +221,32 @@ def test_default_root_is_a_temp_dir_removed_by_close(calc_repo, task: Task) -> N
     assert ws.path.is_dir()
     sandbox.close()
     assert not sandbox.root.exists()
+
+
+def test_workspace_holds_nothing_of_the_repository_history(tmp_path: Path) -> None:
+    """A task repo as users make them: the bug-introducing commit, then the fix, on main. The agent's copy must
+    hold the base tree and nothing else: no log, no refs, and no object (borrowed or not) with the fix."""
+    repo = tmp_path / "repos" / "acme__hist"
+    repo.mkdir(parents=True)
+    git(["init", "-q", "-b", "main"], repo)
+    (repo / "calc.py").write_text(CALC.replace("a - b", "a + b"))
+    commit_all(repo, "working add")
+    (repo / "calc.py").write_text(CALC)
+    base = commit_all(repo, "introduce the bug")
+    fixed_line = "return a + b  # FIXED-MARKER"
+    (repo / "calc.py").write_text(CALC.replace("return a - b", fixed_line))
+    commit_all(repo, "fix add")
+    git(["gc", "-q"], repo)  # objects packed, as in a cloned repository
+    task = Task(instance_id="acme__hist-1", repo="acme/hist", base_commit=base, problem_statement="add() subtracts")
+    ws = make_sandbox(tmp_path / "repos", tmp_path / "ws").workspace(task, "leak")
+    assert (ws.path / "calc.py").read_text() == CALC
+    assert git(["log", "--all", "--format=%s"], ws.path).stdout.split() == ["base"]
+    assert git(["diff", "HEAD", "HEAD~1"], ws.path, check=False).returncode != 0  # no parent to diff with
+    assert not (ws.path / ".git/objects/info/alternates").exists()
+    objects = git(["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"], ws.path).stdout.split()
+    contents = git(["cat-file", "--batch"], ws.path, stdin="\n".join(objects) + "\n").stdout
+    assert len(objects) == 3  # the root commit, its tree, the one blob of calc.py
+    assert "a + b" not in contents and "FIXED-MARKER" not in contents and "introduce the bug" not in contents
+    assert git(["fsck", "--no-progress"], ws.path).returncode == 0
+    (ws.path / "calc.py").write_text(CALC.replace("a - b", "a + b"))
+    assert "+    return a + b" in ws.diff()  # the agent's diff is still against the base tree
