@@ -31,6 +31,7 @@ from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
 from repro.jobs.stack import CpuServingConfig, Stack, running_stack, tiny_model
 from repro.proxy import ProxyConfig
 from repro.report.eval_table import run_markdown
+from repro.sandbox.grading_env import grading_identity, grading_python
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.tiny_model import TinyModelConfig
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
@@ -98,7 +99,8 @@ def build_spec(harness_identity: dict[str, Any], name: str, tasks: list[Task], h
         limits=LimitsSpec(int(getattr(harness_cfg, "step_limit", 0) or 0),
                           float(getattr(harness_cfg, "wall_time_limit_s", 0) or 0)),
         sandbox=SandboxSpec("local", sandbox.test_timeout_s, sandbox.limits.cpu_s, sandbox.limits.memory_mb,
-                            sandbox.limits.file_size_mb),
+                            sandbox.limits.file_size_mb,
+                            settings={"grading": grading_identity(grading_python(sandbox.python))}),
         k=ev.k, seeds={} if task_seed is None else {"tasks": task_seed},
     )
 

@@ -41,6 +41,7 @@ from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, ResolvedStatu
 from swebench.harness.grading import get_eval_tests_report, get_resolution_status, test_passed
 
 from repro.protocols import GradeResult
+from repro.sandbox.grading_env import grading_python
 from repro.sandbox.pytest_runner import TestRun, run_pytest
 from repro.sandbox.repos import GitError, RepoError, RepoResolver, apply_patch, make_working_copy, remove_tree
 from repro.tasks.schema import Task
@@ -129,9 +130,10 @@ def _grade_in_copy(task: Task, patch: str, copy: Path, config: LocalSandboxConfi
     if not empty and (problem := apply_patch(copy, patch, exclude=(*protected_paths(task), *hooks))):
         return GradeResult("unresolved", "patch does not apply", log_tail=problem[-LOG_TAIL_CHARS:])
     try:
-        run = run_pytest(copy, graded_tests(task), config.test_timeout_s, config.limits, config.python)
+        python = grading_python(config.python)
+        run = run_pytest(copy, graded_tests(task), config.test_timeout_s, config.limits, python)
     except OSError as exc:
-        return GradeResult("error", f"could not start {config.python}: {exc}")
+        return GradeResult("error", f"could not start the grading interpreter {config.python}: {exc}")
     result = decide(task, run, config.limits.cpu_s)
     if empty and result.outcome == "unresolved":
         result.reason = f"empty patch; {result.reason}"

@@ -9,14 +9,14 @@ an agent can read other workspaces).
 from __future__ import annotations
 
 import re
-import sys
 import tempfile
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from repro.protocols import GradeResult, Workspace
 from repro.sandbox.grading import grade_patch
+from repro.sandbox.grading_env import grading_python
 from repro.sandbox.limits import CommandResult, ResourceLimits, clean_env, run_limited
 from repro.sandbox.repos import GitError, RepoResolver, diff_against, make_agent_copy, remove_tree
 from repro.tasks.schema import Task
@@ -31,7 +31,7 @@ class LocalSandboxConfig:
     test_timeout_s: float = 120.0  # wall-clock limit of one grading pytest run
     limits: ResourceLimits = field(default_factory=ResourceLimits)  # rlimits for commands and graded tests
     keep_workspaces: bool = False  # debugging: cleanup() and grading leave their directories behind
-    python: str = sys.executable  # interpreter that runs the graded tests
+    python: str | None = None  # interpreter that runs the graded tests (None: the pinned grading env, see grading_env)
 
 
 @dataclass
@@ -65,7 +65,8 @@ class LocalSandbox:
     """Implements ``repro.protocols.Sandbox`` on this machine; safe to share between threads."""
 
     def __init__(self, config: LocalSandboxConfig | None = None) -> None:
-        self.config = config or LocalSandboxConfig()
+        config = config or LocalSandboxConfig()
+        self.config = replace(config, python=grading_python(config.python))
         self.resolver = RepoResolver(Path(self.config.repos_dir).expanduser())
         self._finalizer: weakref.finalize | None = None
         if self.config.workspace_root is None:
