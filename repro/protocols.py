@@ -15,8 +15,9 @@ Outcome = Literal["resolved", "unresolved", "error", "timeout"]
 class GradeResult:
     """What the grader found: ``resolved`` iff every FAIL_TO_PASS passes and every PASS_TO_PASS still passes.
 
-    ``error`` / ``timeout`` are infrastructure outcomes (the patch did not apply, the test run crashed or ran
-    out of time) and are counted apart from ``unresolved``.
+    ``error`` / ``timeout`` are infrastructure outcomes (the grader could not build a trustworthy test run: a
+    repository, base commit or interpreter missing, ``test_patch`` not applying; or the tests ran out of time) and
+    are counted apart from ``unresolved``. A patch that does not apply is ``unresolved``: the agent produced it.
     """
 
     outcome: Outcome

@@ -7,9 +7,11 @@ Hydra multirun (``repro.multirun``): one run directory per job of the sweep, thr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +21,7 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException, InstantiationException
-from hydra.utils import call
+from hydra.utils import call, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from repro.secrets import REDACTED, is_secret_key, without_secrets
@@ -103,9 +105,34 @@ def check_experiment(overrides: list[str]) -> None:
 
 
 def run(overrides: list[str]) -> Path:
-    """Compose, record, run; returns the run directory."""
+    """Compose, check, record, run; returns the run directory. A config that does not fit its job, or a job that
+    rejects its input before writing anything, leaves no run directory behind."""
     cfg = compose_config(overrides)
-    return run_configured(cfg, make_run_dir(cfg), overrides)
+    check_job_config(cfg)
+    run_dir = make_run_dir(cfg)
+    try:
+        return run_configured(cfg, run_dir, overrides)
+    except SystemExit:
+        if not cfg.run.dir and {p.name for p in run_dir.iterdir()} <= _RECORD_FILES:
+            shutil.rmtree(run_dir, ignore_errors=True)  # rejected before any work: nothing worth keeping
+            with contextlib.suppress(OSError):
+                run_dir.parent.rmdir()  # the experiment's folder, if this was its only run
+        raise
+
+
+_RECORD_FILES = {"config.yaml", "overrides.txt", "manifest.json"}
+
+
+def check_job_config(cfg: DictConfig) -> None:
+    """Build every config object of the job (cheap dataclasses) before anything runs: a key that the target does
+    not take, or a value of the wrong type, is one ``error:`` line naming the group instead of a traceback."""
+    for key, node in cfg.job.items():
+        if isinstance(node, DictConfig) and "_target_" in node:
+            try:
+                instantiate(node, _convert_="all")
+            except InstantiationException as exc:
+                cause = exc.__cause__ or exc
+                raise SystemExit(f"error: the {key!r} config does not fit {node._target_}: {cause}") from None
 
 
 def run_configured(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Path:

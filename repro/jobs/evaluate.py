@@ -8,6 +8,7 @@ import json
 import logging
 import resource
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,19 @@ def evaluate_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Proxy
     metrics["run_dir"], metrics["layout"] = str(run_dir), eval.layout
     write_metrics(run_dir, metrics)
     print(run_markdown(metrics), flush=True)
+    refuse_if_all_infra(reports, run_dir)
     return metrics
+
+
+def refuse_if_all_infra(reports: list[InstanceReport], run_dir: Path) -> None:
+    """SystemExit naming the reasons when every sample is an infrastructure failure: such a run measured nothing
+    (a missing repository, interpreter or image), and a zero exit would hide it behind ``eval samples: 0/N``."""
+    if not reports or not all(r.infra_failure for r in reports):
+        return
+    reasons = Counter((r.reason or r.harness_reason or r.outcome).split("\n")[0][:300] for r in reports)
+    listed = "; ".join(f"{n} x {reason}" for reason, n in reasons.most_common(3))
+    raise SystemExit(f"error: all {len(reports)} samples are infrastructure failures, so this run measured "
+                     f"nothing: {listed} (reports in {run_dir})")
 
 
 def _model(model: TinyModelConfig, ev: EvalConfig, tasks: list[Task]) -> tuple[Path, str]:

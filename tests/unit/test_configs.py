@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -54,3 +56,35 @@ def test_proxy_and_rebuilt_runs_differ_only_in_the_loop_group() -> None:
     differing = {k for k in proxy.keys() | rebuilt.keys() if proxy.get(k) != rebuilt.get(k)}
     assert differing == {".loop.kind", ".job.loop.kind"}
     assert rebuilt[".loop.kind"] == "rebuilt"
+
+
+def _readme_run_commands() -> list[str]:
+    """Every ``repro run ...`` the README shows (placeholders like ``[key=value ...]`` skipped)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    commands = re.findall(r"`(repro run(?: [^`]*)?)`", text) + re.findall(r"^(repro run(?: .*)?)$", text, re.M)
+    return sorted({c.strip() for c in commands if "[" not in c})
+
+
+@pytest.mark.parametrize("command", _readme_run_commands())
+def test_every_readme_run_command_composes_and_instantiates(command: str) -> None:
+    """A command the README documents must at least compose and build its job's configs (a sweep: its first cell)."""
+    overrides = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o else o
+                 for o in command.replace("<time>", "20261201-000000").split()[2:] if o != "-m"]
+    cfg = compose_config(overrides)
+    for key, node in cfg.job.items():
+        if isinstance(node, DictConfig) and "_target_" in node:
+            assert instantiate(node, _convert_="all") is not None, key
+
+
+def test_a_rejected_config_or_task_file_is_one_error_line_and_leaves_no_run_directory(tmp_path) -> None:
+    from repro.runner import run
+
+    root = tmp_path / "outputs"
+    with pytest.raises(SystemExit, match=r"^error: the 'tasks' config does not fit .*TaskFileConfig.*'families'"):
+        run(["experiment=mini_repro", "tasks=file", "tasks.source=x.jsonl", f"run.output_root={root}"])
+    with pytest.raises(SystemExit, match=r"^error: task file .*nope.jsonl does not exist"):
+        run(["experiment=eval_bundled", "tasks=file", f"tasks.source={tmp_path / 'nope.jsonl'}",
+             f"run.output_root={root}"])
+    assert not root.exists() or not any(root.rglob("*"))

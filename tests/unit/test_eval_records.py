@@ -195,3 +195,16 @@ def test_default_k_values() -> None:
     assert default_k_values(1) == [1]
     assert default_k_values(8) == [1, 2, 4, 8]
     assert default_k_values(5) == [1, 2, 4, 5]
+
+
+def test_a_run_whose_every_sample_is_an_infrastructure_failure_exits_with_the_reason(tmp_path) -> None:
+    from repro.evaluation import InstanceReport
+    from repro.jobs.evaluate import refuse_if_all_infra
+
+    missing = "task t: repository acme/x is missing at /r/acme__x. Obtain it ..."
+    bad = [InstanceReport(instance_id=f"t{i}", sample=0, rollout_id=f"r{i}", outcome="error", reason=missing)
+           for i in range(3)]
+    with pytest.raises(SystemExit, match=r"all 3 samples are infrastructure failures.*3 x task t: repository acme/x"):
+        refuse_if_all_infra(bad, tmp_path)
+    refuse_if_all_infra([*bad, InstanceReport(instance_id="u", sample=0, rollout_id="u", outcome="unresolved")],
+                        tmp_path)  # one measured sample: the run stands
