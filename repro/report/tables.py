@@ -33,6 +33,18 @@ def find_metrics(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     return sorted(found, key=lambda item: item[1].get("started_at", 0))
 
 
+def repo_relative(path: str) -> str:
+    """``path`` relative to the working directory (the repository) when it lies under it: published tables never
+    name a machine's absolute paths (a Hydra multirun records its job directories absolute)."""
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        return path
+    try:
+        return str(candidate.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
 def proxy_overhead_frame(metrics: dict[str, Any]) -> pd.DataFrame:
     frame = pd.DataFrame(metrics["summary"])
     frame["mode"] = frame.pop("stream").map({True: "streaming", False: "non-streaming"})
@@ -70,7 +82,7 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
     """Regenerate every table that has runs; returns the files written."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for path, metrics in find_metrics(outputs):
-        metrics.setdefault("run_dir", str(path.parent))
+        metrics["run_dir"] = repo_relative(metrics.get("run_dir") or str(path.parent))
         by_kind.setdefault(metrics.get("kind", "unknown"), []).append(metrics)
     written = []
     results.mkdir(parents=True, exist_ok=True)

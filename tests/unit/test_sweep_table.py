@@ -79,3 +79,17 @@ def test_launcher_configs_compose(launcher: str, target: str, setting: tuple[str
     cfg = _hydra(["experiment=harness_sweep", f"hydra/launcher={launcher}"])
     assert cfg.hydra.launcher._target_ == target
     assert cfg.hydra.launcher[setting[0]] == setting[1]
+
+
+def test_published_tables_name_repo_relative_run_dirs(tmp_path: Path, monkeypatch) -> None:
+    """A multirun records its job directories absolute; the tables must not publish a machine's paths."""
+    monkeypatch.chdir(tmp_path)  # the repository root, as when `repro table` runs
+    run_dir = tmp_path / "outputs" / "harness_sweep" / "x" / "0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.json").write_text(json.dumps({**cell("a@1.0.0", "t1", 0.5, 1), "run_dir": str(run_dir)}))
+    (run_dir / "overrides.txt").write_text("experiment=harness_sweep\n")
+    write_tables(Path("outputs"), Path("results"))
+    published = (tmp_path / "results" / "harness_sweep.md").read_text() + \
+        (tmp_path / "results" / "harness_sweep.csv").read_text()
+    assert str(tmp_path) not in published and "outputs/harness_sweep/x/0" in published
+    assert "Command: `repro run -m experiment=harness_sweep`" in published  # overrides.txt still found
