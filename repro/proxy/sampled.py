@@ -21,8 +21,8 @@ from array import array
 from typing import Any
 
 from repro.store import CallRecord
+from repro.store.records import INT32_LIMIT
 
-INT32_LIMIT = 2**31
 _INT64_LIMIT = 2**63
 
 

@@ -20,13 +20,12 @@ import numpy as np
 
 from repro.store.codec import Previous, call_to_row, rebuild
 from repro.store.drift import extends
-from repro.store.records import CallRecord, encode_ids
+from repro.store.records import INT32_LIMIT, CallRecord, encode_ids
 
 _UP_TO = ("SELECT rollout_id, seq, prompt_ids, completion_ids, request_json, prompt_prefix_len, messages_prefix_len, "
           "prefix_seq FROM calls WHERE rollout_id=? AND seq<=? ORDER BY seq")
 _LAST_OF_PURPOSE = "SELECT max(seq) FROM calls WHERE rollout_id=? AND purpose=? AND seq<?"
 Key = tuple[str, str]  # (rollout id, purpose)
-_INT32_LIMIT = 2**31
 
 
 class TokenRangeError(ValueError):
@@ -38,7 +37,7 @@ def check_token_range(blob: bytes | None, name: str, first_index: int, vocab_siz
     ``[0, vocab_size)``."""
     if not blob:
         return
-    limit = vocab_size or _INT32_LIMIT
+    limit = vocab_size or INT32_LIMIT
     if len(blob) <= 256 and sys.byteorder == "little":  # numpy's per-call cost only pays off on longer runs
         unsigned = array("I")
         unsigned.frombytes(blob)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CALL_STATUSES = ("ok", "error", "aborted", "truncated")
+INT32_LIMIT = 2**31  # token ids are stored as int32
 ROLLOUT_STATUSES = ("pending", "running", "finished", "failed")
 
 
