@@ -16,10 +16,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from repro.seeding import eval_seed
 from repro.tasks.schema import Task
 
 FINGERPRINT_CHARS = 12  # 48 bits: collisions are irrelevant at the scale of a results table
-SPEC_VERSION = 1  # bump when the meaning of a field changes (old fingerprints then differ on purpose)
+SPEC_VERSION = 2  # bump when the meaning of a field changes (old fingerprints then differ on purpose)
+# 2: sample seeds are hashes of (seed, instance id, sample) (repro.seeding), no longer seed + sample
 
 
 def canonical_json(value: Any) -> str:
@@ -109,7 +111,7 @@ class SamplingSpec:
     temperature: float = 0.0
     top_p: float = 1.0
     max_tokens: int = 1024
-    seed: int | None = 0  # sample i of a task uses seed + i (see EvalSpec.sample_seed)
+    seed: int | None = 0  # the base of every sample's seed (see EvalSpec.sample_seed)
 
     def __post_init__(self) -> None:
         _coerce_floats(self)
@@ -177,9 +179,10 @@ class EvalSpec:
         """Short hex sha256 of the canonical JSON of :meth:`to_dict`."""
         return fingerprint_of(self.to_dict())
 
-    def sample_seed(self, sample: int) -> int | None:
-        """The sampling seed of a task's ``sample``-th rollout (None: unseeded)."""
-        return None if self.sampling.seed is None else self.sampling.seed + sample
+    def sample_seed(self, instance_id: str, sample: int) -> int | None:
+        """The sampling seed of ``instance_id``'s ``sample``-th rollout (None: unseeded): a hash of the base seed,
+        the instance and the sample, so no two rollouts of the evaluation share random numbers."""
+        return None if self.sampling.seed is None else eval_seed(self.sampling.seed, instance_id, sample)
 
     def label(self) -> str:
         """``harness@version`` as tables print it."""

@@ -116,7 +116,7 @@ def eval_options(spec: EvalSpec, ev: EvalConfig) -> RolloutOptions:
     """The rollout options of a frozen evaluation: mode ``eval``, the spec's decoding, seeds and limits."""
     sampling = {"temperature": ev.temperature, "top_p": ev.top_p, "max_tokens": ev.max_tokens, **ev.extra_sampling}
     return RolloutOptions(
-        mode="eval", k=ev.k, sampling=sampling, seeds=[spec.sample_seed(i) for i in range(ev.k)],
+        mode="eval", k=ev.k, sampling=sampling, seed_of=spec.sample_seed,
         concurrency=ev.concurrency, grading_threads=ev.grading_threads, retry_infra=ev.retry_infra,
         time_limit_s=spec.limits.time_limit_s, harness_name=spec.harness.name,
         harness_version=spec.harness.version, fingerprint=spec.fingerprint(),

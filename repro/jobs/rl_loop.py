@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
 from repro.jobs.stack import Stack
 from repro.samples import SampleConfig, build_rows
 from repro.sandbox.local import LocalSandbox
+from repro.seeding import rl_seed
 from repro.store import open_store
 from repro.tasks.schema import Task
 from repro.train.rl import PolicyTrainer
@@ -46,9 +48,10 @@ def step_tasks(tasks: list[Task], cfg: RlPhaseConfig, step: int) -> list[Task]:
 
 
 def rollout_options(cfg: RlPhaseConfig, step: int, identity: dict[str, Any]) -> RolloutOptions:
-    seeds = [cfg.seed * 1_000_003 + step * 1_009 + s for s in range(cfg.samples_per_task)]
+    """Mode ``train``, the schedule's decoding, and a seed per (training seed, step, instance, sample)."""
     return RolloutOptions(
-        mode="train", k=cfg.samples_per_task, seeds=seeds, concurrency=cfg.concurrency,
+        mode="train", k=cfg.samples_per_task, seed_of=partial(rl_seed, cfg.seed, step),
+        concurrency=cfg.concurrency,
         sampling={"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
         grading_threads=cfg.grading_threads, write_preds=False, harness_name=identity.get("name", ""),
         harness_version=identity.get("version", ""),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +45,7 @@ class RolloutOptions:
     mode: str = "eval"  # proxy rollout mode: eval | train | demo
     k: int = 1  # samples per task
     sampling: dict[str, Any] = field(default_factory=dict)  # forced on every call of the rollout
-    seeds: list[int | None] | None = None  # per-sample seed (None: no seed)
+    seed_of: Callable[[str, int], int | None] | None = None  # (instance id, sample) -> seed (None: unseeded)
     concurrency: int = 4
     grading_threads: int = 2
     retry_infra: bool = False
@@ -126,11 +126,11 @@ class RolloutRunner:
             self._opened.append(store)
         return store
 
-    def _sampling(self, sample: int) -> dict[str, Any]:
+    def _sampling(self, instance_id: str, sample: int) -> dict[str, Any]:
         sampling = dict(self.opts.sampling)
-        seeds = self.opts.seeds
-        if seeds is not None and sample < len(seeds) and seeds[sample] is not None:
-            sampling["seed"] = seeds[sample]
+        seed = self.opts.seed_of(instance_id, sample) if self.opts.seed_of is not None else None
+        if seed is not None:
+            sampling["seed"] = seed
         return sampling
 
     def _register(self, instance_id: str, sample: int) -> str:
@@ -139,7 +139,8 @@ class RolloutRunner:
             "rollout_id": rollout_id, "run_id": self.run_dir.name, "task_id": instance_id, "group_id": instance_id,
             "loop_kind": getattr(self.harness, "loop_kind", "proxy"),
             "harness": self.opts.harness_name, "harness_version": self.opts.harness_version, "mode": self.opts.mode,
-            "metadata": {"sample": sample, "sampling": self._sampling(sample), "fingerprint": self.opts.fingerprint},
+            "metadata": {"sample": sample, "sampling": self._sampling(instance_id, sample),
+                         "fingerprint": self.opts.fingerprint},
         }).raise_for_status()
         return rollout_id
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from repro.proxy.errors import ProxyError, bad_request
 from repro.proxy.validation import check_rollout_id
+from repro.seeding import call_seed
 from repro.store import RolloutRecord, SqliteTraceStore
 
 _ROLLOUT_FIELDS = {"rollout_id", "run_id", "task_id", "group_id", "loop_kind", "harness", "harness_version",
@@ -50,11 +51,15 @@ class RolloutRegistry:
         return state
 
     def next_seq(self, rollout_id: str) -> tuple[int, dict[str, Any]]:
-        """Reserve the next sequence number; returns (seq, sampling overrides)."""
+        """Reserve the next sequence number; returns (seq, the call's sampling overrides). A rollout's seed is
+        not sent as is: each call gets its own, derived from it and ``seq`` (:func:`repro.seeding.call_seed`)."""
         state = self.lookup(rollout_id)
         seq = state.next_seq
         state.next_seq += 1
-        return seq, state.overrides
+        overrides = state.overrides
+        if isinstance(overrides.get("seed"), int) and not isinstance(overrides["seed"], bool):
+            overrides = {**overrides, "seed": call_seed(overrides["seed"], seq)}
+        return seq, overrides
 
     def create(self, fields: dict[str, Any]) -> RolloutRecord:
         """Register a rollout from a JSON body (unknown fields are a 400)."""

@@ -155,9 +155,14 @@ def test_bad_specs_are_refused() -> None:
         EvalSpec.from_dict({**_spec().to_dict(), "model": "x"})
 
 
-def test_sample_seeds_follow_the_base_seed() -> None:
-    assert [_spec(sampling=SamplingSpec(seed=10)).sample_seed(i) for i in range(3)] == [10, 11, 12]
-    assert _spec(sampling=SamplingSpec(seed=None)).sample_seed(2) is None
+def test_sample_seeds_follow_the_base_seed_instance_and_sample() -> None:
+    spec = _spec(sampling=SamplingSpec(seed=10))
+    seeds = {(t, i): spec.sample_seed(t, i) for t in ("a", "b") for i in range(3)}
+    assert len(set(seeds.values())) == 6
+    assert seeds == {(t, i): _spec(sampling=SamplingSpec(seed=10)).sample_seed(t, i) for t in ("a", "b")
+                     for i in range(3)}
+    assert spec.sample_seed("a", 0) != _spec(sampling=SamplingSpec(seed=11)).sample_seed("a", 0)
+    assert _spec(sampling=SamplingSpec(seed=None)).sample_seed("a", 2) is None
 
 
 def test_harness_identity_maps_to_spec() -> None:

@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from repro.seeding import call_seed
 from repro.testing import fake_completion_text, fake_prompt_ids
 from tests.conftest import RunningProxy, start_proxy
 
@@ -237,9 +238,10 @@ def test_rollout_sampling_metadata_overrides_the_mode(tmp_path, fake_upstream) -
         resp = httpx.post(f"{running.url}/rollouts", json={"rollout_id": "s3", "metadata": {"sampling": {"seed": 3}}})
         assert resp.status_code == 201
         assert _chat(f"{running.url}/rollouts/s3/v1", temperature=0.7, seed=99).status_code == 200
-        assert app.last_request["seed"] == 3 and app.last_request["temperature"] == 0.0
+        # the rollout's seed, not the mode's nor the harness's, derived per call (repro.seeding.call_seed)
+        assert app.last_request["seed"] == call_seed(3, 0) and app.last_request["temperature"] == 0.0
         (call,) = running.store().calls("s3")
-        assert call.sampling_overrides == {"temperature": 0.0, "seed": 3}
+        assert call.sampling_overrides == {"temperature": 0.0, "seed": call_seed(3, 0)}
         bad = httpx.post(f"{running.url}/rollouts", json={"rollout_id": "s4", "metadata": {"sampling": 5}})
         assert bad.status_code == 400 and running.store().get_rollout("s4") is None
 
