@@ -127,6 +127,8 @@ def _as_env(name: str, version: str, root: Path) -> HarnessEnv:
 def _build(root: Path, packages: list[str], python: str, expected: str, timeout_s: float) -> None:
     """Delete whatever is at ``root``, create the venv, install, then write the marker."""
     started = time.monotonic()
+    print(f"building the {root.name} environment (first use on this machine, usually 1-3 minutes): "
+          f"pip install {' '.join(packages)} -> {root}", flush=True)
     if root.exists():
         shutil.rmtree(root)
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -137,6 +139,7 @@ def _build(root: Path, packages: list[str], python: str, expected: str, timeout_
     install = [*pip, "install", "--disable-pip-version-check", "--no-input", *packages]
     run_or_raise(install, root / PIP_LOG_NAME, timeout_s, "pip install")
     _write_marker(root, packages, python, expected, time.monotonic() - started)
+    print(f"built {root.name} in {time.monotonic() - started:.0f}s", flush=True)
 
 
 def _outer_pip(root: Path) -> list[str]:

@@ -176,7 +176,7 @@ def fixed_prompt_texts(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None, *
     ``platform_line`` adds the paragraphs of the instance template rendered with this machine's
     ``platform.uname()`` (as mini's local environment renders it): the ``<system_information>`` block becomes
     one token instead of ~50, but the tokenizer then depends on the machine's kernel."""
-    from repro.serving.vocab import fixed_template_texts, rendered_texts, sentinel
+    from repro.tinymodel.vocab import fixed_template_texts, rendered_texts, sentinel
 
     env = env or ensure_mini_swe_agent_env(cfg.version)
     data = yaml.safe_load(_base_config_source(env, cfg).read_text(encoding="utf-8"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -48,3 +49,18 @@ def locked(lock_path: Path) -> Iterator[None]:
 def file_lock(path: Path) -> AbstractContextManager[None]:
     """The lock guarding read-modify-write of ``path``: ``<path>.lock``."""
     return locked(path.with_name(path.name + ".lock"))
+
+
+def weights_sha256(model_dir: Path) -> str:
+    """sha256 over a checkpoint's weight files (``*.safetensors``, by name): the identity of the trained weights,
+    which a config hash (what went in) does not give."""
+    digest = hashlib.sha256()
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {model_dir}")
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()

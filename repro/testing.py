@@ -277,22 +277,15 @@ class ScenarioEngine:
         import json
         from pathlib import Path
 
-        from repro.serving.engine import Engine
-        from repro.serving.expert import ExpertEngine
+        from repro.serving.scripted import ScriptedEngine
 
-        class _Scenarios(ExpertEngine):
-            def __init__(self) -> None:
-                Engine.__init__(self, config)
-                self.scenarios = json.loads(Path(scenarios_path).read_text())
-                self._eos_id = self.tokenizer.eos_token_id
+        scenarios = json.loads(Path(scenarios_path).read_text())
 
-            def completion_ids(self, prompt_ids: list[int]) -> list[int]:
-                prompt = self._decoder.decode(prompt_ids, skip_special_tokens=False)
-                name = next((k for k in self.scenarios if f"SCENARIO {k}." in prompt), None)
-                if name is None:
-                    return [self._eos_id]
-                replies, turn = self.scenarios[name], prompt.count("<|im_start|>user") - 1
-                text = replies[min(turn, len(replies) - 1)]
-                return [*self._decoder.encode(text, add_special_tokens=False).ids, self._eos_id]
+        def reply(prompt: str) -> str:
+            name = next((k for k in scenarios if f"SCENARIO {k}." in prompt), None)
+            if name is None:
+                return ""
+            replies, turn = scenarios[name], prompt.count("<|im_start|>user") - 1
+            return replies[min(turn, len(replies) - 1)]
 
-        return _Scenarios()
+        return ScriptedEngine(config, reply)

@@ -12,9 +12,9 @@ import pytest
 from repro.net import free_port
 from repro.proxy import ProxyApp, ProxyConfig
 from repro.serving.commands import start_cpu_server_process, stop_process
-from repro.serving.tiny_model import TinyModelConfig, build_tiny_model
 from repro.store import SqliteTraceStore, open_store
 from repro.testing import FakeVllmUpstream, ServerThread
+from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 
 
 @dataclass

@@ -3,7 +3,7 @@ transformers, one policy-gradient step and a weight sync into the running vLLM. 
 
 Steps (each recorded as passed / failed / skipped with its time, details and compute):
 
-1. ``build_model``: the tiny checkpoint (``repro.jobs.stack.tiny_model``; head_dim 64) and a private copy to serve.
+1. ``build_model``: the tiny checkpoint (``repro.tinymodel.recipe.tiny_model``; head_dim 64) and a copy to serve.
 2. ``serve``: ``vllm serve`` (``repro.serving.vllm_launcher``, dev mode, eager) and the recording proxy in front.
 3. ``rollouts``: >= 8 mini-SWE-agent rollouts on bundled tasks through the proxy (``run_frozen_eval`` of the
    frozen evaluation, graded); without the harness env, plain chat calls through the proxy instead (``proxy_calls``).
@@ -273,13 +273,13 @@ def build_model(ctx: Context) -> tuple[Path, dict[str, Any]]:
 
 
 def _tiny_checkpoint(ctx: Context, notes: dict[str, Any]) -> Path:
-    """The cached tiny checkpoint (``repro.jobs.stack.tiny_model``); built in the work dir when the job stack
+    """The cached tiny checkpoint (``repro.tinymodel.recipe.tiny_model``); built in the work dir when the job stack
     cannot be imported (the proxy's modules missing on a bare machine)."""
-    from repro.serving.tiny_model import TinyModelConfig, build_tiny_model
+    from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 
     config, corpus = TinyModelConfig(**GPU_TINY_MODEL), [t.problem_statement for t in ctx.tasks]
     try:
-        from repro.jobs.stack import tiny_model
+        from repro.tinymodel.recipe import tiny_model
     except ImportError as exc:
         notes["model_cache"] = f"not used ({exc}); built in the work dir"
         return build_tiny_model(ctx.work / "model", config, corpus)

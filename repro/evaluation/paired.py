@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -90,3 +91,24 @@ def sign_flip_test(a: Mapping[str, float], b: Mapping[str, float], resamples: in
     signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(resamples, diffs.size))
     extreme = int(np.sum(np.abs((signs * diffs).mean(axis=1)) >= observed - 1e-12))
     return SignFlipResult(float(diffs.mean()), (extreme + 1) / (resamples + 1), len(ids))
+
+
+def minimum_detectable_effect(a: Mapping[str, float], b: Mapping[str, float], alpha: float = 0.05,
+                              power: float = 0.8, allow_subset: bool = False) -> float:
+    """The smallest true mean difference a paired two-sided test at ``alpha`` detects with probability ``power``,
+    given these instances: ``(z(1 - alpha/2) + z(power)) * sd(b - a) / sqrt(n)`` with the observed per-instance
+    differences' standard deviation (normal approximation; 0 when fewer than 2 instances)."""
+    ids = align(a, b, allow_subset)
+    if len(ids) < 2:
+        return 0.0
+    diffs = np.array([b[i] - a[i] for i in ids], dtype=float)
+    z = NormalDist()
+    return float((z.inv_cdf(1 - alpha / 2) + z.inv_cdf(power)) * diffs.std(ddof=1) / np.sqrt(len(ids)))
+
+
+def paired_summary(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float | int]:
+    """``b - a`` over instances: mean (``delta``), bootstrap interval and p, sign-flip p, minimum detectable
+    effect (alpha 0.05, power 0.8) and ``n``: what a results table prints for a paired comparison."""
+    boot, flip = paired_bootstrap(a, b), sign_flip_test(a, b)
+    return {"n": boot.n, "delta": boot.diff, "delta_low": boot.low, "delta_high": boot.high,
+            "bootstrap_p": boot.p_value, "sign_flip_p": flip.p_value, "mde": minimum_detectable_effect(a, b)}

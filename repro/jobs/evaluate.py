@@ -29,15 +29,16 @@ from repro.evaluation import (
     write_preds,
 )
 from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
-from repro.jobs.stack import CpuServingConfig, Stack, running_stack, tiny_model
+from repro.jobs.stack import CpuServingConfig, Stack, running_stack
 from repro.proxy import ProxyConfig
 from repro.report.eval_table import run_markdown
 from repro.sandbox.grading_env import grading_identity, grading_python
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-from repro.serving.tiny_model import TinyModelConfig
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.loaders import load_tasks
 from repro.tasks.schema import Task
+from repro.tinymodel.model import TinyModelConfig
+from repro.tinymodel.recipe import tiny_model
 
 
 @dataclass

@@ -19,27 +19,25 @@ from typing import Any
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig
 from harness_adapters.registry import get_harness
-from repro.accounting import Accountant
 from repro.evaluation import eval_metrics, write_metrics
-from repro.evaluation.paired import paired_bootstrap, sign_flip_test
-from repro.jobs.evaluate import EvalConfig, build_spec, load_task_set, run_frozen_eval
-from repro.jobs.mini_repro import paired_tests, per_instance, run_warm_start, split_train, stage_policy
-from repro.jobs.rl_loop import RlLoop, RlPhaseConfig
-from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
+from repro.evaluation.paired import paired_summary
+from repro.jobs.evaluate import EvalConfig
+from repro.jobs.mini_repro import paired_tests, per_instance
+from repro.jobs.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature, run_arm
+from repro.jobs.rl_loop import RlPhaseConfig
+from repro.jobs.rollouts import RolloutOptions, RolloutRunner
 from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.jobs.warm_start import WarmStartConfig
 from repro.proxy import ProxyConfig
 from repro.rebuilt.fidelity import replay_rollout, summarize
-from repro.rebuilt.harness import LoopConfig, loop_spec, rl_harness
+from repro.rebuilt.harness import LoopConfig, loop_spec
 from repro.report.loop_comparison import comparison_markdown
 from repro.samples import SampleConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-from repro.serving.recipe import build_recipe_model
-from repro.serving.tiny_model import TinyModelConfig
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
+from repro.tinymodel.model import TinyModelConfig
 from repro.train.config import RlConfig
-from repro.train.rl import PolicyTrainer
 
 
 @dataclass
@@ -63,54 +61,21 @@ def loop_comparison_job(model: TinyModelConfig, serving: CpuServingConfig, proxy
     """Run both arms and the fidelity replays; returns (and writes) the metrics (kind ``loop_comparison``).
     ``loop`` is mini_repro's single-arm setting, inherited by the config and unused: ``loops`` names the arms."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    run_dir, started, acct = Path(run_dir), time.time(), Accountant()
-    with acct.phase("setup"):
-        train_name, train_list = load_task_set(train_tasks)
-        test_name, test_list = load_task_set(tasks)
-        demo_tasks, rl_tasks = split_train(train_list, warm_start.n_demo_tasks)
-    box = LocalSandbox(sandbox)
-    try:
-        with get_harness(harness_name, harness, workers=harness_workers) as agent:
-            with acct.phase("setup"):
-                base_model = build_recipe_model(model, agent, train_list)
-            warm_dir, warm = run_warm_start(run_dir, base_model, demo_tasks, warm_start, serving, proxy, agent, box,
-                                            acct)
-            spec = build_spec(agent.identity(), test_name, test_list, agent.cfg, sandbox, eval, tasks.seed,
-                              serving.served_model_name)
-            grades = GradeCache()
-            with running_stack(warm_dir, serving, proxy, run_dir) as stack, acct.phase("eval_before"):
-                before, _ = run_frozen_eval(run_dir / "eval_before", run_dir / "traces.sqlite", spec, eval,
-                                            test_list, stack, agent, box, f"warm-{warm['key']}", grades)
-            arms = {kind: _arm(run_dir / kind, LoopConfig(kind), warm_dir, spec, eval, test_list, rl_tasks, serving,
-                               proxy, agent, box, rl, trainer, samples, grades) for kind in loops}
-        with acct.phase("fidelity"):
-            fid = _fidelity(run_dir, arms, harness, test_list, rl_tasks, warm_dir, serving, proxy, box, fidelity)
-    finally:
-        box.close()
-    metrics = _metrics(run_dir, spec, eval, warm, train_name, before, arms, fid, rl, trainer, samples, acct,
-                       started)
+    run_dir, started = Path(run_dir), time.time()
+    cfg = MiniatureConfig(model, serving, proxy, harness, harness_name, train_tasks, tasks, sandbox, eval, warm_start,
+                          harness_workers)
+    with prepared_miniature(cfg, run_dir) as mini:
+        before = mini.evaluate_start()
+        arms = {kind: run_arm(mini, run_dir / kind, ArmConfig(LoopConfig(kind), rl, trainer, samples),
+                              f"rl-{kind}-{run_dir.name}") for kind in loops}
+        print("phase fidelity: recorded real-harness rollouts replayed through the rebuilt loop", flush=True)
+        with mini.acct.phase("fidelity"):
+            fid = _fidelity(run_dir, arms, harness, mini.test_list, mini.rl_tasks, mini.warm_dir, serving, proxy,
+                            mini.box, fidelity)
+    metrics = _metrics(mini, before, arms, fid, rl, trainer, samples, started)
     write_metrics(run_dir, metrics)
     print(comparison_markdown([metrics]), flush=True)
     return metrics
-
-
-def _arm(arm_dir: Path, loop: LoopConfig, warm_dir: Path, spec: Any, ev: EvalConfig, test_list: list[Any],
-         rl_tasks: list[Any], serving: CpuServingConfig, proxy: ProxyConfig, agent: Any, box: LocalSandbox,
-         rl: RlPhaseConfig, trainer_cfg: RlConfig, samples: SampleConfig, grades: GradeCache) -> dict[str, Any]:
-    """One arm: RL from the warm start with ``loop``, then the frozen evaluation in the real harness."""
-    acct, started = Accountant(), time.time()
-    policy = stage_policy(warm_dir, arm_dir)
-    with running_stack(policy, serving, proxy, arm_dir) as stack:
-        trainer = PolicyTrainer(policy, trainer_cfg)
-        sample_cfg = SampleConfig(**{**asdict(samples), "weighting": trainer_cfg.weighting,
-                                     "include_modes": ("train",)})
-        with rl_harness(loop, agent, policy) as rl_agent:
-            history = RlLoop(arm_dir, rl, trainer, sample_cfg, stack, rl_agent, box, policy).run(rl_tasks, acct)
-        with acct.phase("eval_after"):
-            after, _ = run_frozen_eval(arm_dir / "eval_after", arm_dir / "traces.sqlite", spec, ev, test_list, stack,
-                                       agent, box, f"rl-{loop.kind}-{arm_dir.parent.name}", grades)
-    return {"loop": loop.kind, "after": after, "history": history, "compute": acct.to_dict(),
-            "wall_s": time.time() - started, "dir": arm_dir}
 
 
 def _fidelity(run_dir: Path, arms: dict[str, Any], harness: MiniSweAgentConfig, test_list: list[Any],
@@ -185,31 +150,31 @@ def _pick(store: Any, tasks: dict[str, Any], mode: str, cfg: FidelityConfig) -> 
     return (multi + single)[:cfg.max_rollouts]
 
 
-def _metrics(run_dir: Path, spec: Any, ev: EvalConfig, warm: dict[str, Any], train_name: str, before: list[Any],
-             arms: dict[str, Any], fid: dict[str, Any], rl: RlPhaseConfig, trainer: RlConfig, samples: SampleConfig,
-             acct: Accountant, started: float) -> dict[str, Any]:
+def _metrics(mini: Miniature, before: list[Any], arms: dict[str, Any], fid: dict[str, Any], rl: RlPhaseConfig,
+             trainer: RlConfig, samples: SampleConfig, started: float) -> dict[str, Any]:
+    ev, spec, warm = mini.cfg.eval, mini.spec, mini.warm
     out_arms = {}
     for kind, arm in arms.items():
         out_arms[kind] = {
             "after": eval_metrics(arm["after"], spec, ev.experiment, f"rl-{kind}"),
             "paired_vs_before": paired_tests(before, arm["after"]),
-            "history": arm["history"],
-            "compute": arm["compute"], "wall_s": arm["wall_s"],
+            "per_instance": per_instance(arm["after"]),
+            "history": arm["history"], "diagnostics": [h["diagnostics"] for h in arm["history"]],
+            "weights_sha256": arm["weights_sha256"], "compute": arm["compute"], "wall_s": arm["wall_s"],
         }
     between = _between(arms) if {"proxy", "rebuilt"} <= set(arms) else None
     return {
-        "kind": "loop_comparison", "experiment": ev.experiment, "table": ev.experiment, "run_dir": str(run_dir),
+        "kind": "loop_comparison", "experiment": ev.experiment, "table": ev.experiment, "run_dir": str(mini.run_dir),
         "fingerprint": spec.fingerprint(), "eval_temperature": ev.temperature, "task_distribution": spec.tasks.name,
-        "train_tasks": train_name, "before": eval_metrics(before, spec, ev.experiment, f"warm-{warm['key']}"),
-        "arms": out_arms, "rebuilt_minus_proxy": between, "fidelity": fid, "warm_start": warm,
+        "train_tasks": mini.train_name, "before": eval_metrics(before, spec, ev.experiment, mini.warm_label),
+        "per_instance_before": per_instance(before), "weights_sha256_before": warm["weights_sha256"],
+        "arms": out_arms, "rebuilt_minus_proxy": between, "fidelity": fid, "warm_start": warm, "seed": rl.seed,
         "rl": asdict(rl), "trainer": asdict(trainer), "samples": {"mode": samples.mode, "weighting": trainer.weighting},
-        "compute": acct.to_dict(), "started_at": started, "finished_at": time.time(), "wall_s": time.time() - started,
+        "compute": mini.acct.to_dict(), "started_at": started, "finished_at": time.time(),
+        "wall_s": time.time() - started,
     }
 
 
 def _between(arms: dict[str, Any]) -> dict[str, Any]:
     """Paired difference rebuilt - proxy over instances (per-instance means over the k samples)."""
-    a, b = per_instance(arms["proxy"]["after"]), per_instance(arms["rebuilt"]["after"])
-    boot, flip = paired_bootstrap(a, b), sign_flip_test(a, b)
-    return {"n": boot.n, "delta": boot.diff, "delta_low": boot.low, "delta_high": boot.high,
-            "sign_flip_p": flip.p_value}
+    return paired_summary(per_instance(arms["proxy"]["after"]), per_instance(arms["rebuilt"]["after"]))

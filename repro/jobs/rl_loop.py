@@ -5,6 +5,7 @@ pushes the new weights to the running model server before the next step's rollou
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass
@@ -36,6 +37,14 @@ class RlPhaseConfig:
     concurrency: int = 16
     grading_threads: int = 2
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("temperature", "top_p"):
+            if getattr(self, name) != 1.0:
+                raise ValueError(
+                    f"rl.{name}={getattr(self, name)} is not supported: the trainer's importance ratio compares the "
+                    "policy's own distribution (temperature 1, no top-p cut) with the recorded sampling logprobs, "
+                    f"so RL rollouts must sample from it; use rl.{name}=1.0")
 
 
 def step_tasks(tasks: list[Task], cfg: RlPhaseConfig, step: int) -> list[Task]:
@@ -70,6 +79,28 @@ def group_stats(reports: list[Any]) -> dict[str, Any]:
             "mixed_groups": sum(1 for xs in by_task.values() if 0 < sum(xs) < len(xs))}
 
 
+def step_diagnostics(record: dict[str, Any]) -> dict[str, Any]:
+    """What a reader checks per RL step: reward, the share of groups GRPO can learn from (mixed outcomes), the
+    clip fraction of the updates after the first (the first is on policy, ratio 1), the sampling policy's
+    entropy on its sampled tokens, calls per rollout, and max |log ratio| of the first update (the on-policy
+    check) and of all updates."""
+    updates = record["update"]["updates"]
+    later = updates[1:] or updates
+    first = updates[0] if updates else record["update"].get("measured", {})  # measured without an update
+    return {
+        "step": record["step"], "reward_mean": record["reward_mean"],
+        "mixed_group_share": record["mixed_groups"] / record["groups"] if record["groups"] else 0.0,
+        "clip_fraction": sum(u["clip_fraction"] for u in later) / len(later) if later else 0.0,
+        "entropy": first.get("entropy", 0.0),
+        "calls_per_rollout": record["calls"] / record["rollouts"] if record["rollouts"] else 0.0,
+        "log_ratio_first_max": first.get("log_ratio_abs_max", 0.0),
+        "log_ratio_max": max((u["log_ratio_abs_max"] for u in updates), default=0.0),
+        "rows": record["update"]["rows"], "rows_trained": record["update"]["rows_trained"],
+        "rollouts": record["rollouts"], "infra_failures": record["infra_failures"],
+        "rollout_s": record["rollout_s"], "update_s": record["update"]["seconds"],
+    }
+
+
 class RlLoop:
     """Holds the trainer, the live stack and the harness across steps."""
 
@@ -84,10 +115,11 @@ class RlLoop:
         history = []
         for step in range(self.cfg.steps):
             history.append(self.step(step, step_tasks(tasks, self.cfg, step), accountant))
-            h = history[-1]
-            print(f"rl step {step}: reward {h['reward_mean']:.3f}, mixed groups {h['mixed_groups']}/{h['groups']}, "
-                  f"rows {h['update']['rows_trained']}/{h['update']['rows']}, "
-                  f"{h['rollout_s']:.0f}s rollouts + {h['update']['seconds']:.0f}s update", flush=True)
+            d = history[-1]["diagnostics"]
+            print(f"rl step {step + 1}/{self.cfg.steps}: reward {d['reward_mean']:.3f}, mixed groups "
+                  f"{d['mixed_group_share']:.0%}, clipped {d['clip_fraction']:.1%}, entropy {d['entropy']:.3f}, "
+                  f"{d['calls_per_rollout']:.2f} calls/rollout, first |log ratio| {d['log_ratio_first_max']:.1e}; "
+                  f"{d['rollout_s']:.0f}s rollouts + {d['update_s']:.0f}s update", flush=True)
         return history
 
     def step(self, step: int, tasks: list[Task], accountant: Any) -> dict[str, Any]:
@@ -104,11 +136,18 @@ class RlLoop:
         with accountant.phase("rl_training"):
             store = open_store(self.store_path)
             try:
-                samples = build_rows(store, [r.rollout_id for r in reports], self.samples)
+                ids = [r.rollout_id for r in reports]
+                samples, n_calls = build_rows(store, ids, self.samples), store.count_calls(ids)
             finally:
                 store.close()
             update = self.trainer.update(samples.rows)
             self.trainer.save(self.policy_dir)
             sync_s = push_weights(self.stack.server_url, self.policy_dir)
-        return {"step": step, **group_stats(reports), "samples": samples.stats(), "update": update,
-                "rollout_s": rollout_s, "sync_s": sync_s, "grade_cache_hits": self.grade_cache.hits}
+        record = {"step": step, **group_stats(reports), "samples": samples.stats(), "update": update,
+                  "rollout_s": rollout_s, "sync_s": sync_s, "grade_cache_hits": self.grade_cache.hits,
+                  "calls": n_calls}
+        record["diagnostics"] = step_diagnostics(record)
+        (self.run_dir / "rl").mkdir(parents=True, exist_ok=True)
+        with (self.run_dir / "rl" / "diagnostics.jsonl").open("a") as out:
+            out.write(json.dumps(record["diagnostics"]) + "\n")
+        return record

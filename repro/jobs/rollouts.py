@@ -107,10 +107,20 @@ class RolloutRunner:
         reports: list[InstanceReport] = []
         with progress(len(pending), label) as bar:
             for batch in _batches(pending, max(1, self.opts.concurrency * 2)):
-                for report in self._run_batch(batch):
-                    reports.append(report)
-                    bar.advance(note=report.outcome)
+                batch_reports = self._run_batch(batch)
+                reports += batch_reports
+                bar.advance(len(batch_reports), note=self._tally(reports))
         return reports
+
+    def _tally(self, reports: list[InstanceReport]) -> str:
+        """``done, 11 resolved, 1 infra failure`` (ungraded phases: ``done``)."""
+        parts = ["done"]
+        if self.opts.grade:
+            parts.append(f"{sum(r.outcome == 'resolved' for r in reports)} resolved")
+        infra = sum(r.infra_failure for r in reports)
+        if infra:
+            parts.append(f"{infra} infra failure{'s' if infra > 1 else ''}")
+        return ", ".join(parts)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

@@ -15,11 +15,12 @@ import httpx
 import yaml
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig, ensure_mini_swe_agent_env, run_mini_swe_agent
-from repro.jobs.stack import CpuServingConfig, running_stack, tiny_model
+from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.proxy import ProxyConfig
 from repro.report.inspect import calls_table, console, rollouts_table
-from repro.serving.tiny_model import TinyModelConfig
 from repro.store import open_store
+from repro.tinymodel.model import TinyModelConfig
+from repro.tinymodel.recipe import tiny_model
 
 
 @dataclass

@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-from repro.files import cache_dir
 from repro.net import free_port
 from repro.proxy import ProxyConfig
 from repro.proxy.server import start_proxy_process
 from repro.serving.commands import start_cpu_server_process, stop_process
-from repro.serving.recipe import resolve_model_config
-from repro.serving.tiny_model import TinyModelConfig, build_tiny_model, config_dict
 
 
 @dataclass
@@ -41,22 +35,6 @@ class Stack:
     proxy_url: str
     proxy: ProxyConfig
     served_model_name: str
-
-
-def tiny_model(config: TinyModelConfig, corpus: list[str], harness: Any = None) -> tuple[Path, bool]:
-    """The tiny checkpoint for (config, corpus), built once and cached by a hash of both; (dir, was_cached).
-
-    ``harness`` (its config) is needed when ``config.recipe_tokens`` is set, see
-    :func:`repro.serving.recipe.resolve_model_config`."""
-    config = resolve_model_config(config, harness)
-    key = hashlib.sha256(json.dumps([config_dict(config), corpus], sort_keys=True).encode()).hexdigest()[:16]
-    out = cache_dir() / "models" / f"tiny-{key}"
-    if (out / "repro_model.json").exists():
-        return out, True
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    build_tiny_model(tmp, config, corpus)
-    tmp.rename(out)
-    return out, False
 
 
 def model_vocab_size(model_dir: Path) -> int | None:

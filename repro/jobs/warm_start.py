@@ -13,21 +13,24 @@ import json
 import logging
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.files import atomic_write_text, cache_dir, locked
+from repro.files import atomic_write_text, cache_dir, locked, weights_sha256
 from repro.jobs.rollouts import RolloutOptions, RolloutRunner
 from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.proxy import ProxyConfig
+from repro.report.eta import expected
+from repro.report.eta import record as record_rate
 from repro.samples import SampleConfig, build_rows
 from repro.sandbox.local import LocalSandbox
 from repro.store import open_store
 from repro.tasks.loaders import write_tasks
 from repro.tasks.schema import Task
 from repro.train.config import SftConfig
-from repro.train.sft import sft_train
+from repro.train.sft import sft_steps, sft_train
 
 log = logging.getLogger(__name__)
 EXPERT_VERSION = "sed-oneliner-3"  # bump when the scripted expert's answers change
@@ -92,8 +95,10 @@ def demonstration_rows(store_path: Path, rollout_ids: list[str], sample_mode: st
                                                               scale_rewards="none"))
     finally:
         store.close()
-    # Demonstrations carry no reward, so the RL mask leaves them out of ``samples.rows``: SFT takes every row.
-    return [row for info in samples.rollouts.values() for row in info.rows]
+    # Demonstrations carry no reward, so the RL mask leaves them out of ``samples.rows``: SFT takes every row, in
+    # the order of (task id, rollout id, row), whatever order the rollouts were recorded in.
+    ordered = sorted(samples.rollouts.values(), key=lambda info: (info.task_id, info.rollout_id))
+    return [row for info in ordered for row in info.rows]
 
 
 def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStartConfig, serving: CpuServingConfig,
@@ -103,14 +108,21 @@ def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStar
     out = cache_dir() / "warm_start" / f"warm-{key}"
     if cfg.use_cache and (out / STATS_FILE).exists():
         stats = json.loads((out / STATS_FILE).read_text())
-        return out, {**stats, "cached": True, "path": str(out)}
+        return out, {**stats, "cached": True, "path": str(out), "weights_sha256": weights_sha256(out)}
+    print(f"phase warm_start_demos: {len(tasks)} expert demonstrations through the harness "
+          f"({expected('demo', len(tasks))})", flush=True)
+    started = time.monotonic()
     with accountant.phase("warm_start_demos"):
         rollout_ids = record_demonstrations(run_dir, base_model, tasks, cfg, serving, proxy, agent, box)
         rows = demonstration_rows(run_dir / "traces.sqlite", rollout_ids, cfg.sample_mode)
+    record_rate("demo", len(tasks), time.monotonic() - started)
+    steps = sft_steps(cfg.sft, len(rows))
+    print(f"phase warm_start_sft: {steps} steps on {len(rows)} rows ({expected('sft_step', steps)})", flush=True)
     with accountant.phase("warm_start_sft"):
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         sft = sft_train(base_model, rows, tmp, cfg.sft)
+    record_rate("sft_step", sft["steps"], sft["seconds"])
     stats = {"key": key, "demo_tasks": len(tasks), "demo_rollouts": len(rollout_ids), "sft": sft,
              "sampled_tokens": sum(sum(r.loss_mask) for r in rows), "tokens": sum(len(r.input_ids) for r in rows)}
     atomic_write_text(tmp / STATS_FILE, json.dumps(stats, indent=2, sort_keys=True))
@@ -118,4 +130,4 @@ def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStar
         if not out.exists():
             tmp.rename(out)
     shutil.rmtree(tmp, ignore_errors=True)
-    return out, {**stats, "cached": False, "path": str(out)}
+    return out, {**stats, "cached": False, "path": str(out), "weights_sha256": weights_sha256(out)}

@@ -7,11 +7,15 @@ fingerprints differ are flagged, because their numbers are not comparable.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from repro.evaluation.metrics import bootstrap_interval
+from repro.evaluation.paired import paired_summary
 
 PHASES = ("setup", "warm_start_demos", "warm_start_sft", "eval_before", "rl_rollouts", "rl_training", "eval_after")
 
@@ -48,35 +52,155 @@ def _rl_cell(run: dict[str, Any]) -> str:
             f"lr {trainer.get('learning_rate', '?'):g}")
 
 
+def _delta_cell(paired: dict[str, Any]) -> str:
+    return (f"{100 * paired['delta']:+.1f} [{100 * paired['delta_low']:+.1f}, {100 * paired['delta_high']:+.1f}]")
+
+
+def _mde_cell(paired: dict[str, Any]) -> str:
+    return "-" if paired.get("mde") is None else f"{100 * paired['mde']:.1f}"
+
+
+def _pass_at_k_cell(run: dict[str, Any]) -> str:
+    """``pass@k before -> after`` at the largest k both evaluations report."""
+    before, after = run["before"].get("pass_at_k") or {}, run["after"].get("pass_at_k") or {}
+    common = sorted(set(before) & set(after), key=int)
+    if not common or common[-1] == "1":
+        return "-"
+    k = common[-1]
+    return f"@{k}: {_pct(before[k])} -> {_pct(after[k])}"
+
+
+def _weights_cell(run: dict[str, Any]) -> str:
+    weights = run.get("weights_sha256") or {}
+    return f"{weights['before'][:8]} -> {weights['after'][:8]}" if weights else "-"
+
+
+def config_key(run: dict[str, Any]) -> tuple:
+    """What makes runs repeats of one configuration (everything but the training seed)."""
+    rl = {k: v for k, v in run["rl"]["config"].items() if k != "seed"}
+    trainer = {k: v for k, v in run.get("trainer", {}).items() if k != "seed"}
+    return (run["fingerprint"], run.get("loop", "proxy"), run["samples"]["weighting"], run["samples"]["mode"],
+            run["train_tasks"], repr(sorted(rl.items())), repr(sorted(trainer.items())))
+
+
 def row(run: dict[str, Any]) -> dict[str, Any]:
     paired, total = run["paired"], run.get("compute", {}).get("total", {})
     return {
-        "run": Path(run.get("run_dir", "")).name, "loop": run.get("loop", "proxy"),
-        "weighting": run["samples"]["weighting"],
-        "samples": run["samples"]["mode"], "seed": run["rl"]["config"].get("seed", ""), "RL": _rl_cell(run),
+        "run": Path(run.get("run_dir", "")).name, "seed": run.get("seed", run["rl"]["config"].get("seed", "")),
+        "loop": run.get("loop", "proxy"), "weighting": run["samples"]["weighting"],
+        "samples": run["samples"]["mode"], "RL": _rl_cell(run),
         "n": paired["n"], "Pass@1 before": _pass_cell(run["before"]), "Pass@1 after": _pass_cell(run["after"]),
-        "delta [95% CI]": f"{100 * paired['delta']:+.1f} [{100 * paired['delta_low']:+.1f}, "
-                          f"{100 * paired['delta_high']:+.1f}]",
-        "sign-flip p": _p(paired.get("sign_flip_p")), "McNemar p (sample 0)": f"{paired['mcnemar_p']:.3g}",
+        "pass@k before -> after": _pass_at_k_cell(run),
+        "delta [95% CI]": _delta_cell(paired), "MDE": _mde_cell(paired),
+        "sign-flip p": _p(paired.get("sign_flip_p")), "McNemar p (sample 0)": _p(paired.get("mcnemar_p")),
+        "weights before -> after": _weights_cell(run),
         "wall h": f"{run.get('wall_s', 0) / 3600:.2f}", "hours per phase (wall)": _phase_hours(run),
         "CPU core-h": f"{total.get('cpu_core_h', 0):.2f}", "GPU h": f"{total.get('gpu_h_allocated', 0):.2f}",
         "warm start": _warm_cell(run), "fingerprint": run["fingerprint"][:8],
     }
 
 
+def _mean_over_seeds(maps: list[dict[str, float]]) -> dict[str, float]:
+    """Per-instance mean over the seeds' per-instance means (the instances all seeds share)."""
+    shared = set.intersection(*(set(m) for m in maps))
+    return {i: sum(m[i] for m in maps) / len(maps) for i in sorted(shared)}
+
+
+def pooled_row(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The seeds of one configuration pooled: per-instance means over seeds and samples, the paired delta over
+    instances (bootstrap interval, sign-flip p, MDE) and the spread of the seeds' own deltas."""
+    if len(runs) < 2 or not all("per_instance" in r for r in runs):
+        return None
+    before = _mean_over_seeds([r["per_instance"]["before"] for r in runs])
+    after = _mean_over_seeds([r["per_instance"]["after"] for r in runs])
+    paired = paired_summary(before, after)
+    deltas = [r["paired"]["delta"] for r in runs]
+    sd = statistics.stdev(deltas)
+
+    def cell(values: dict[str, float]) -> str:
+        low, high = bootstrap_interval(list(values.values()))
+        return f"{_pct(statistics.fmean(values.values()))} [{_pct(low)}, {_pct(high)}]"
+
+    total_cpu = sum(r.get("compute", {}).get("total", {}).get("cpu_core_h", 0) for r in runs)
+    return {**{key: "" for key in row(runs[0])},
+            "run": f"pooled ({len(runs)} seeds)", "seed": ",".join(str(r.get("seed", "?")) for r in runs),
+            "loop": runs[0].get("loop", "proxy"), "weighting": runs[0]["samples"]["weighting"],
+            "samples": runs[0]["samples"]["mode"], "RL": _rl_cell(runs[0]), "n": paired["n"],
+            "Pass@1 before": cell(before), "Pass@1 after": cell(after),
+            "delta [95% CI]": f"{_delta_cell(paired)}, seed sd {100 * sd:.1f}", "MDE": _mde_cell(paired),
+            "sign-flip p": _p(paired["sign_flip_p"]),
+            "wall h": f"{sum(r.get('wall_s', 0) for r in runs) / 3600:.2f}", "CPU core-h": f"{total_cpu:.2f}",
+            "fingerprint": runs[0]["fingerprint"][:8]}
+
+
+def seed_groups(runs: list[dict[str, Any]], key: Callable[[dict[str, Any]], tuple]) -> list[list[dict[str, Any]]]:
+    """Runs grouped by configuration ``key`` (in order of first appearance), each group ordered by seed."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault(key(run), []).append(run)
+    return [sorted(g, key=lambda r: (str(r.get("seed", "")), r.get("started_at", 0))) for g in groups.values()]
+
+
+def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration (in order of first appearance): its runs by seed, then their pooled row."""
+    rows = []
+    for group in seed_groups(runs, config_key):
+        rows += [row(r) for r in group]
+        pooled = pooled_row(group)
+        if pooled:
+            rows.append(pooled)
+    return rows
+
+
+def diagnostics_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per RL step: what :func:`repro.jobs.rl_loop.step_diagnostics` recorded, with the run and seed."""
+    steps = run.get("diagnostics") or [h.get("diagnostics") for h in run["rl"].get("history", [])]
+    name = run.get("name") or Path(run.get("run_dir", "")).name
+    return [{"run": name, "seed": run.get("seed", ""), **d} for d in steps if d]
+
+
+def diagnostics_summary(runs: list[dict[str, Any]]) -> pd.DataFrame:
+    """One line per run: reward first -> last step, mean mixed-group share and clip fraction, entropy first ->
+    last, mean calls per rollout, and the largest first-update |log ratio| (the on-policy check)."""
+    lines = []
+    for run in runs:
+        steps = diagnostics_rows(run)
+        if not steps:
+            continue
+        lines.append({
+            "run": steps[0]["run"], "seed": steps[0]["seed"], "steps": len(steps),
+            "reward first -> last": f"{steps[0]['reward_mean']:.3f} -> {steps[-1]['reward_mean']:.3f}",
+            "mixed groups": f"{statistics.fmean(s['mixed_group_share'] for s in steps):.0%}",
+            "clip fraction": f"{statistics.fmean(s['clip_fraction'] for s in steps):.2%}",
+            "entropy first -> last": f"{steps[0]['entropy']:.3f} -> {steps[-1]['entropy']:.3f}",
+            "calls per rollout": f"{statistics.fmean(s['calls_per_rollout'] for s in steps):.2f}",
+            "max first-update abs log ratio": f"{max(s['log_ratio_first_max'] for s in steps):.1e}",
+        })
+    return pd.DataFrame(lines)
+
+
 def run_markdown(runs: list[dict[str, Any]]) -> str:
-    """The markdown table for ``runs`` (all of one table), with a note on how to rebuild it."""
-    frame = pd.DataFrame([row(r) for r in runs])
-    lines = [frame.to_markdown(index=False), ""]
+    """The markdown table for ``runs`` (all of one table), with the diagnostics summary and how to read it."""
+    frame = pd.DataFrame(table_rows(runs))
+    lines = [frame.to_markdown(index=False, disable_numparse=True), ""]
     fingerprints = {r["fingerprint"] for r in runs}
     if len(fingerprints) > 1:
         lines.append(f"**Warning**: {len(fingerprints)} different evaluation fingerprints; rows are not comparable.")
     first = runs[0]
     lines.append(f"Held-out tasks: `{first['task_distribution']}`; train tasks: `{first['train_tasks']}`. "
                  f"Pass@1 = mean over k={first['before'].get('k', 1)} samples per task at temperature "
-                 f"{first.get('eval_temperature', '?')}, 95% Wilson intervals; delta = paired mean difference over "
-                 "instances (bootstrap interval); sign-flip = paired randomization test on per-instance means; "
-                 "McNemar = exact test on solved/unsolved pairs of sample 0.")
+                 f"{first.get('eval_temperature', '?')}, 95% Wilson intervals (pooled rows: bootstrap over "
+                 "instances); delta = paired mean difference over instances in points (bootstrap interval); MDE = "
+                 "minimum detectable effect in points of a paired two-sided test at alpha 0.05 with 80% power, "
+                 "given the observed per-instance differences; sign-flip = paired randomization test on "
+                 "per-instance means; McNemar = exact test on solved/unsolved pairs of sample 0. A pooled row "
+                 "averages each instance over the seeds (and samples) before pairing; seed sd is the standard "
+                 "deviation of the seeds' own deltas. Weights: sha256 prefixes of the warm start and the trained "
+                 "policy.")
+    summary = diagnostics_summary(runs)
+    if len(summary):
+        lines += ["", "### RL diagnostics per run (every step in the companion `_diagnostics` files)", "",
+                  summary.to_markdown(index=False, disable_numparse=True)]
     return "\n".join(lines) + "\n"
 
 
@@ -97,5 +221,34 @@ def write_named_tables(runs: list[dict[str, Any]], results: Path, markdown: Call
 
 
 def write_before_after_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
-    """``results/<table>.md`` and ``.csv`` per table name."""
-    return write_named_tables(runs, results, run_markdown, lambda run: [row(run)])
+    """``results/<table>.md`` and ``.csv`` per table name, and ``<table>_diagnostics.md`` / ``.csv``: every RL
+    step of every run."""
+    written = write_named_tables(runs, results, run_markdown, lambda run: [row(run)])
+    return written + write_diagnostics(runs, results)
+
+
+def write_diagnostics(runs: list[dict[str, Any]], results: Path) -> list[Path]:
+    """``results/<table>_diagnostics.md`` and ``.csv`` per table name (runs without diagnostics are left out)."""
+    by_table: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_table.setdefault(run.get("table") or run["experiment"], []).append(run)
+    written = []
+    for name, group in by_table.items():
+        frame = pd.DataFrame([r for run in group for r in diagnostics_rows(run)])
+        if frame.empty:
+            continue
+        md, csv = results / f"{name}_diagnostics.md", results / f"{name}_diagnostics.csv"
+        md.write_text(f"# {name}: RL diagnostics per step\n\n" + DIAGNOSTICS_NOTE + "\n\n"
+                      + frame.to_markdown(index=False, floatfmt=".4g") + "\n")
+        frame.to_csv(csv, index=False)
+        written += [md, csv]
+    return written
+
+
+DIAGNOSTICS_NOTE = (
+    "reward_mean: share of resolved rollouts; mixed_group_share: groups (one task's samples) with both outcomes, "
+    "the only ones GRPO learns from; clip_fraction: sampled tokens whose ratio was clipped in the updates after "
+    "the first; entropy: mean entropy (nats) of the sampling policy on its sampled tokens; calls_per_rollout: "
+    "model calls per rollout; log_ratio_first_max: max |log ratio| between the trainer's and the recorded "
+    "sampling logprobs before the step's first update (the on-policy check, bounded by "
+    "trainer.on_policy_log_ratio_max); log_ratio_max: the same over all updates of the step.")

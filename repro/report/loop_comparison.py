@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from repro.report.before_after import _pass_cell, _pct, write_named_tables
+from repro.evaluation.metrics import bootstrap_interval
+from repro.evaluation.paired import paired_summary
+from repro.report.before_after import (
+    _delta_cell,
+    _mde_cell,
+    _mean_over_seeds,
+    _pass_cell,
+    _pct,
+    diagnostics_summary,
+    seed_groups,
+    write_diagnostics,
+    write_named_tables,
+)
 
 ARM_PHASES = ("rl_rollouts", "rl_training", "eval_after")
-
-
-def _delta(paired: dict[str, Any]) -> str:
-    return (f"{100 * paired['delta']:+.1f} [{100 * paired['delta_low']:+.1f}, "
-            f"{100 * paired['delta_high']:+.1f}]")
 
 
 def _hours(compute: dict[str, Any]) -> str:
@@ -22,23 +30,77 @@ def _hours(compute: dict[str, Any]) -> str:
     return ", ".join(f"{p} {phases[p]['wall_s'] / 3600:.3f}" for p in ARM_PHASES if p in phases) or "-"
 
 
-def arm_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per arm, then the paired difference between the arms."""
-    rl, rows = run["rl"], []
-    schedule = f"{rl['steps']}x{rl['tasks_per_step']}x{rl['samples_per_task']}, lr {run['trainer']['learning_rate']:g}"
+def _schedule(run: dict[str, Any]) -> str:
+    rl = run["rl"]
+    return f"{rl['steps']}x{rl['tasks_per_step']}x{rl['samples_per_task']}, lr {run['trainer']['learning_rate']:g}"
+
+
+def _comparison(run: dict[str, Any], arm: str, kind: str, n: int, before: str, after: str,
+                paired: dict[str, Any], **rest: str) -> dict[str, Any]:
+    return {"run": Path(run["run_dir"]).name, "seed": rest.pop("seed", run.get("seed", "")), "RL rollouts by": arm,
+            "RL": _schedule(run), "n": n, "Pass@1 before": before, "Pass@1 after": after,
+            f"delta {kind} [95% CI]": _delta_cell(paired), "MDE": _mde_cell(paired),
+            "sign-flip p": f"{paired['sign_flip_p']:.3g}", **rest}
+
+
+def run_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per arm of one run, then the paired difference between the arms."""
+    rows = []
     for kind, arm in run["arms"].items():
         paired, total = arm["paired_vs_before"], arm["compute"].get("total", {})
-        rows.append({"run": Path(run["run_dir"]).name, "RL rollouts by": kind, "RL": schedule, "n": paired["n"],
-                     "Pass@1 before": _pass_cell(run["before"]), "Pass@1 after": _pass_cell(arm["after"]),
-                     "delta vs before [95% CI]": _delta(paired), "sign-flip p": f"{paired['sign_flip_p']:.3g}",
-                     "hours (wall)": _hours(arm["compute"]), "CPU core-h": f"{total.get('cpu_core_h', 0):.2f}"})
+        weights = arm.get("weights_sha256")
+        rows.append(_comparison(run, kind, "", paired["n"], _pass_cell(run["before"]), _pass_cell(arm["after"]),
+                                paired, **{"weights after": weights[:8] if weights else "-",
+                                           "hours (wall)": _hours(arm["compute"]),
+                                           "CPU core-h": f"{total.get('cpu_core_h', 0):.2f}"}))
     between = run.get("rebuilt_minus_proxy")
     if between:
-        rows.append({"run": Path(run["run_dir"]).name, "RL rollouts by": "rebuilt - proxy", "RL": schedule,
-                     "n": between["n"], "Pass@1 before": "", "Pass@1 after": "",
-                     "delta vs before [95% CI]": _delta(between), "sign-flip p": f"{between['sign_flip_p']:.3g}",
-                     "hours (wall)": "", "CPU core-h": ""})
+        rows.append(_comparison(run, "rebuilt - proxy", "", between["n"], "", "", between))
     return rows
+
+
+def pooled_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Seeds of one configuration pooled per arm (per-instance means over seeds), and rebuilt - proxy pooled."""
+    if len(runs) < 2 or not all("per_instance_before" in r for r in runs):
+        return []
+    seeds, rows = ",".join(str(r.get("seed", "?")) for r in runs), []
+    label = f"pooled ({len(runs)} seeds)"
+    before = _mean_over_seeds([r["per_instance_before"] for r in runs])
+    after = {kind: _mean_over_seeds([r["arms"][kind]["per_instance"] for r in runs]) for kind in runs[0]["arms"]}
+    for kind, values in after.items():
+        paired = paired_summary(before, values)
+        sd = statistics.stdev(r["arms"][kind]["paired_vs_before"]["delta"] for r in runs)
+        rows.append(_comparison(runs[0], kind, "", paired["n"], _mean_cell(before), _mean_cell(values), paired,
+                                seed=seeds, **{"seed sd of delta": f"{100 * sd:.1f}"}) | {"run": label})
+    if {"proxy", "rebuilt"} <= set(after):
+        paired = paired_summary(after["proxy"], after["rebuilt"])
+        sd = statistics.stdev(r["rebuilt_minus_proxy"]["delta"] for r in runs)
+        rows.append(_comparison(runs[0], "rebuilt - proxy", "", paired["n"], "", "", paired, seed=seeds,
+                                **{"seed sd of delta": f"{100 * sd:.1f}"}) | {"run": label})
+    return rows
+
+
+def _mean_cell(values: dict[str, float]) -> str:
+    low, high = bootstrap_interval(list(values.values()))
+    return f"{_pct(statistics.fmean(values.values()))} [{_pct(low)}, {_pct(high)}]"
+
+
+def config_key(run: dict[str, Any]) -> tuple:
+    rl = {k: v for k, v in run["rl"].items() if k != "seed"}
+    trainer = {k: v for k, v in run.get("trainer", {}).items() if k != "seed"}
+    return (run["fingerprint"], run["train_tasks"], tuple(run["arms"]), repr(sorted(rl.items())),
+            repr(sorted(trainer.items())), repr(sorted(run.get("samples", {}).items())))
+
+
+def arm_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The CSV rows of one run (its arms and their difference)."""
+    return run_rows(run)
+
+
+def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration: each seed's rows, then the pooled rows."""
+    return [r for group in seed_groups(runs, config_key)
+            for r in [*(r for run in group for r in run_rows(run)), *pooled_rows(group)]]
 
 
 def fidelity_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -62,15 +124,20 @@ def fidelity_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def comparison_markdown(runs: list[dict[str, Any]]) -> str:
-    arms = pd.DataFrame([r for run in runs for r in arm_rows(run)])
+    arms = pd.DataFrame(table_rows(runs)).fillna("")
     fidelity = pd.DataFrame([{"run": Path(run["run_dir"]).name, **r} for run in runs for r in fidelity_rows(run)])
     first = runs[-1]
-    lines = ["## RL through the real harness vs the rebuilt loop", "", arms.to_markdown(index=False), "",
+    table = arms.to_markdown(index=False, disable_numparse=True)
+    lines = ["## RL through the real harness vs the rebuilt loop", "", table, "",
              f"Both arms: warm start `{first['warm_start']['key'][:8]}`, held-out tasks `{first['task_distribution']}`,"
              f" train tasks `{first['train_tasks']}`, evaluation in the real harness, fingerprint "
              f"`{first['fingerprint'][:8]}`. Pass@1 = mean over k={first['before'].get('k', 1)} samples at "
-             f"temperature {first.get('eval_temperature', '?')}; deltas are paired over instances (bootstrap "
-             "interval, sign-flip test).", "",
+             f"temperature {first.get('eval_temperature', '?')}; deltas are paired over instances in points (bootstrap "
+             "interval, sign-flip test); MDE = minimum detectable effect (points, alpha 0.05, 80% power) given "
+             "the observed per-instance differences; a pooled row averages each instance over the seeds before "
+             "pairing, so proxy vs rebuilt compares the two seed distributions; seed sd = standard deviation of "
+             "the seeds' own deltas.", "",
+             *_diagnostics_section(runs),
              "## Fidelity: recorded real-harness rollouts replayed through the rebuilt loop", "",
              fidelity.to_markdown(index=False) if len(fidelity) else "(no replays)", "",
              "Divergence rate: share of the harness's turns whose prompt ids the rebuilt loop does not reproduce "
@@ -79,5 +146,23 @@ def comparison_markdown(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def arm_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each arm of a run as a run of its own (for the diagnostics tables): run name ``<run>/<arm>``."""
+    return [{"run_dir": f"{run['run_dir']}/{kind}", "name": f"{Path(run['run_dir']).name}/{kind}",
+             "seed": run.get("seed", ""), "rl": {}, "table": run.get("table"), "experiment": run["experiment"],
+             "diagnostics": arm.get("diagnostics") or [h.get("diagnostics") for h in arm.get("history", [])]}
+            for kind, arm in run["arms"].items()]
+
+
+def _diagnostics_section(runs: list[dict[str, Any]]) -> list[str]:
+    summary = diagnostics_summary([a for run in runs for a in arm_runs(run)])
+    if summary.empty:
+        return []
+    return ["### RL diagnostics per arm (every step in the companion `_diagnostics` files)", "",
+            summary.to_markdown(index=False, disable_numparse=True), ""]
+
+
 def write_loop_comparison_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
-    return write_named_tables(runs, results, comparison_markdown, arm_rows)
+    """``results/<table>.md`` / ``.csv`` and the per-step diagnostics of every arm (``<table>_diagnostics.*``)."""
+    written = write_named_tables(runs, results, comparison_markdown, arm_rows)
+    return written + write_diagnostics([arm for run in runs for arm in arm_runs(run)], results)

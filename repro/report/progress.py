@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``3m 05s``, ``1h 02m``."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
 
 
 class ProgressHandle:
@@ -19,6 +30,14 @@ class ProgressHandle:
         self._task = bar.add_task(description, total=total) if bar is not None else None
         self._next_tenth = 1  # print when done reaches this tenth of total (integer arithmetic: no drift)
         self._lock = threading.Lock()
+        self._started = time.monotonic()
+
+    def _timing(self) -> str:
+        """`` (1m 12s, ~2m 30s left)``: elapsed, and the rest at the rate so far."""
+        elapsed = time.monotonic() - self._started
+        left = elapsed * (self.total - self.done) / self.done if self.done else 0.0
+        return f" ({duration(elapsed)}, ~{duration(left)} left)" if self.done < self.total else \
+            f" ({duration(elapsed)})"
 
     def advance(self, n: int = 1, note: str = "") -> None:
         """``n`` more items done; ``note`` (e.g. the last outcome) shows next to the bar."""
@@ -32,7 +51,7 @@ class ProgressHandle:
             self.bar.update(self._task, advance=n, description=text)
             return
         if 10 * self.done >= self._next_tenth * self.total or self.done == self.total:
-            self.console.print(f"{self.description}: {self.done}/{self.total} {note}".rstrip())
+            self.console.print(f"{self.description}: {self.done}/{self.total} {note}{self._timing()}".rstrip())
             while self._next_tenth * self.total <= 10 * self.done and self._next_tenth <= 10:
                 self._next_tenth += 1
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from repro.report.eval_table import _pct, table_file_stem
 
@@ -134,22 +134,77 @@ def failures_markdown(failed: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-class SweepTableCallback(Callback):
+class _SweepCallback(Callback):
+    """Knows the sweep's directory at its end. ``hydra.sweep.dir`` holds ``${now:...}``, which resolves again (to
+    a later time) when read at the end, so the directory is taken from the jobs that ran."""
+
+    def __init__(self) -> None:
+        self._seen: set[Path] = set()
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        hydra_cfg = getattr(job_return, "hydra_cfg", None)
+        if hydra_cfg is None:
+            return
+        path = OmegaConf.select(hydra_cfg, "hydra.runtime.output_dir") or \
+            OmegaConf.select(hydra_cfg, "runtime.output_dir")
+        if path:
+            self._seen.add(Path(path).parent)
+
+    def sweep_dir(self, config: DictConfig) -> Path:
+        """The sweep directory: the jobs' parent, else the configured one, else the newest sibling sweep."""
+        if len(self._seen) == 1:
+            return next(iter(self._seen))
+        configured = Path(config.hydra.sweep.dir)
+        if configured.exists():
+            return configured
+        sweeps = sorted(configured.parent.glob("*/multirun.yaml"), key=lambda p: p.stat().st_mtime)
+        return sweeps[-1].parent if sweeps else configured
+
+
+class SweepTableCallback(_SweepCallback):
     """At the end of a Hydra multirun: the matrix of this sweep's runs, printed and written to ``sweep.md``;
     failed jobs are listed under it and make the command exit non-zero."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from repro.report.tables import find_metrics
 
-        sweep_dir = Path(config.hydra.sweep.dir)
+        sweep_dir = self.sweep_dir(config)
         runs = [{**m, "run_dir": m.get("run_dir", str(p.parent))} for p, m in find_metrics(sweep_dir)
                 if m.get("kind") == "eval"]
-        failed = failed_jobs(sweep_dir)
         text = sweep_markdown(runs[-1].get("table") or runs[-1]["experiment"], runs) if runs else \
             f"# sweep {sweep_dir}\n\nNo finished runs (no metrics.json).\n"
-        if failed:
-            text += "\n" + failures_markdown(failed)
-        (sweep_dir / "sweep.md").write_text(text)
-        print(text, flush=True)
-        if failed:
-            raise SystemExit(f"{len(failed)} of {len(failed) + len(runs)} sweep jobs failed (see {sweep_dir}/sweep.md)")
+        publish_sweep(sweep_dir, text, len(runs))
+
+
+def publish_sweep(sweep_dir: Path, text: str, finished: int) -> None:
+    """Write ``sweep.md`` (with the failed jobs listed) and print it; SystemExit when a job failed."""
+    failed = failed_jobs(sweep_dir)
+    if failed:
+        text += "\n" + failures_markdown(failed)
+    (sweep_dir / "sweep.md").write_text(text)
+    print(text, flush=True)
+    if failed:
+        raise SystemExit(f"{len(failed)} of {len(failed) + finished} sweep jobs failed (see {sweep_dir}/sweep.md)")
+
+
+class SeedsTableCallback(_SweepCallback):
+    """At the end of a multirun of the miniature (``seed=0,1,2``): the table of this sweep's runs, one row per seed
+    and the pooled row, printed and written to ``sweep.md``; failed jobs are listed and make the exit non-zero."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from repro.report.before_after import run_markdown
+        from repro.report.loop_comparison import comparison_markdown
+        from repro.report.tables import find_metrics
+
+        sweep_dir = self.sweep_dir(config)
+        found = [{**m, "run_dir": m.get("run_dir", str(p.parent))} for p, m in find_metrics(sweep_dir)]
+        before_after = [m for m in found if m.get("kind") == "before_after"]
+        comparisons = [m for m in found if m.get("kind") == "loop_comparison"]
+        parts = [f"# sweep {sweep_dir.name}", ""]
+        if before_after:
+            parts.append(run_markdown(before_after))
+        if comparisons:
+            parts.append(comparison_markdown(comparisons))
+        if not before_after and not comparisons:
+            parts.append("No finished runs (no metrics.json).\n")
+        publish_sweep(sweep_dir, "\n".join(parts), len(found))

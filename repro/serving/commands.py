@@ -62,7 +62,7 @@ def add_build_model_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def build_model_command(args: argparse.Namespace) -> int:
     """Run ``build-model``: write the checkpoint and print its manifest path."""
-    from repro.serving.tiny_model import MANIFEST_NAME, TinyModelConfig, build_tiny_model
+    from repro.tinymodel.model import MANIFEST_NAME, TinyModelConfig, build_tiny_model
 
     extra = json.loads(args.added_tokens.read_text()) if args.added_tokens else []
     if not isinstance(extra, list) or not all(isinstance(t, str) for t in extra):

@@ -2,7 +2,7 @@
 
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
 ``POST /v1/load_weights`` (``{"model_dir": DIR}``: swap in a checkpoint's weights between batches, see
-:mod:`repro.serving.weights`). With ``expert_tasks`` the completions are scripted (:mod:`repro.serving.expert`).
+:mod:`repro.serving.weights`). With ``expert_tasks`` the completions are scripted (:mod:`repro.expert.script`).
 vLLM extensions honoured: ``return_token_ids`` (prompt ids top-level for chat / per choice for
 completions; completion ids per choice, as deltas when streaming), ``stop_token_ids``,
 ``chat_template_kwargs``, ``add_generation_prompt``, ``stop_reason``. Tool calls are parsed with the
@@ -341,10 +341,13 @@ def create_app(config: ServerConfig) -> CPUServerApp:
 
         engine: Engine = ScenarioEngine(config.engine, config.scenarios)
     elif config.expert_tasks is not None:
-        from repro.serving.expert import ExpertEngine
+        from repro.expert import ExpertScript
+        from repro.serving.scripted import ScriptedEngine
 
-        engine = ExpertEngine(config.engine, config.expert_tasks, config.expert_slip_rate,
-                              config.expert_slip_seed, config.expert_slip_operators)
+        script = ExpertScript.from_jsonl(Path(config.expert_tasks), config.expert_slip_rate, config.expert_slip_seed,
+                                         config.expert_slip_operators)
+        log.info("expert: %d tasks, %d with a one-line fix", len(script.commands), script.n_scripted)
+        engine = ScriptedEngine(config.engine, script.completion)
     else:
         engine = Engine(config.engine)
     name = config.served_model_name or config.engine.model_dir.resolve().name

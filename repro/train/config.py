@@ -35,6 +35,8 @@ class RlConfig:
     ``weighting``: how a rollout's rows count — ``rollout`` (its rows share one rollout's weight) or
     ``fragment`` (each row counts as its own episode). ``updates_per_batch``: optimizer steps on the same
     rollouts (importance ratios against the recorded sampling logprobs keep later ones on-policy enough).
+    ``on_policy_log_ratio_max``: the first update of every batch must see the policy that sampled it, so its
+    max |log ratio| between the trainer's and the recorded logprobs above this fails the run (0: no check).
     """
 
     weighting: str = "rollout"
@@ -47,10 +49,13 @@ class RlConfig:
     weight_decay: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.99)
     skip_zero_advantage: bool = True
+    on_policy_log_ratio_max: float = 1e-3
     seed: int = 0
     torch_threads: int = 0
 
     def __post_init__(self) -> None:
+        if self.on_policy_log_ratio_max < 0:
+            raise ValueError(f"trainer.on_policy_log_ratio_max must be >= 0, got {self.on_policy_log_ratio_max}")
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"trainer.weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
         if not 0 < self.clip_low < 1 or self.clip_high <= 0:

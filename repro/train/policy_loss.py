@@ -9,14 +9,25 @@ batch's weights: the number of rollouts under ``rollout`` weighting, of rows und
 from __future__ import annotations
 
 import torch
-from trl.trainer.utils import selective_log_softmax
+from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 
 def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Log-probability of each token given the ones before it; position 0 gets 0 (shape = ``input_ids``)."""
+    return token_logprobs_and_entropy(model, input_ids, attention_mask, with_entropy=False)[0]
+
+
+def token_logprobs_and_entropy(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                               with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(:func:`token_logprobs`, the entropy of the distribution each token was drawn from, without gradient, or
+    None when not ``with_entropy``); position 0 gets 0."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
-    logps = selective_log_softmax(logits, input_ids[:, 1:])
-    return torch.nn.functional.pad(logps, (1, 0))
+    logps = torch.nn.functional.pad(selective_log_softmax(logits, input_ids[:, 1:]), (1, 0))
+    if not with_entropy:
+        return logps, None
+    with torch.no_grad():
+        entropy = torch.nn.functional.pad(entropy_from_logits(logits), (1, 0))
+    return logps, entropy
 
 
 def clipped_policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from repro.train.config import RlConfig
-from repro.train.policy_loss import clipped_policy_loss, token_logprobs
+from repro.train.policy_loss import clipped_policy_loss, token_logprobs_and_entropy
 
 # Files besides the weights that make a checkpoint directory servable (tokenizer, chat template, provenance).
 CHECKPOINT_EXTRAS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
@@ -65,6 +65,21 @@ def check_rows(rows: Sequence[TrainingRow]) -> None:
                              "(the model server must return logprobs)")
 
 
+class OffPolicyError(RuntimeError):
+    """The first update of a batch found the trainer's policy is not the one that sampled the batch."""
+
+
+def check_on_policy(log_ratio_abs_max: float, bound: float) -> None:
+    """Fail when the recorded sampling logprobs and the trainer's differ by more than ``bound`` (0: no check)."""
+    if bound > 0 and not log_ratio_abs_max <= bound:
+        raise OffPolicyError(
+            f"the first update's max |log ratio| is {log_ratio_abs_max:.3g} > trainer.on_policy_log_ratio_max="
+            f"{bound:g}: the model server's recorded logprobs are not the trainer's for the same weights (weights "
+            "not synced to the server, sampling at a temperature or top_p other than 1, or a server that returns "
+            "logprobs of another distribution); raise the bound only for a known, measured mismatch (e.g. bf16 "
+            "serving)")
+
+
 class PolicyTrainer:
     """Holds the policy and its optimizer across RL steps."""
 
@@ -90,24 +105,33 @@ class PolicyTrainer:
         used = [r for r in live if r.advantage != 0 or not self.cfg.skip_zero_advantage]
         stats: dict[str, Any] = {"rows": len(rows), "rows_trained": len(used), "normalizer": normalizer,
                                  "sampled_tokens": sum(sum(r.loss_mask) for r in used), "updates": []}
-        if not used or normalizer <= 0:
+        if not used or normalizer <= 0:  # nothing to learn from; still check and measure the sampling policy
+            if live:
+                stats["measured"] = self._measure(live)
+                check_on_policy(stats["measured"]["log_ratio_abs_max"], self.cfg.on_policy_log_ratio_max)
             stats["seconds"] = time.perf_counter() - started
             return stats
-        for _ in range(self.cfg.updates_per_batch):
-            stats["updates"].append(self._one_update(used, normalizer))
+        for index in range(self.cfg.updates_per_batch):
+            stats["updates"].append(self._one_update(used, normalizer, first=index == 0))
+            if index == 0:
+                check_on_policy(stats["updates"][0]["log_ratio_abs_max"], self.cfg.on_policy_log_ratio_max)
         self.steps += 1
         stats["seconds"] = time.perf_counter() - started
         return stats
 
-    def _one_update(self, rows: list[TrainingRow], normalizer: float) -> dict[str, float]:
+    def _one_update(self, rows: list[TrainingRow], normalizer: float, first: bool) -> dict[str, float]:
+        """One optimizer step over ``rows`` in micro-batches; the ``first`` of a batch also measures the sampling
+        policy's entropy on the sampled tokens (its weights are still the sampler's)."""
         order = list(rows)
         self.rng.shuffle(order)
         self.optimizer.zero_grad(set_to_none=True)
         total, merged = 0.0, {"clip_fraction": 0.0, "ratio_mean": 0.0, "log_ratio_abs_max": 0.0}
+        entropy_sum, tokens = 0.0, 0.0
         chunks = [order[i : i + self.cfg.micro_batch_rows] for i in range(0, len(order), self.cfg.micro_batch_rows)]
         for chunk in chunks:
             batch = pad_rows(chunk, self.pad_id)
-            logps = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
+            logps, entropy = token_logprobs_and_entropy(self.model, batch["input_ids"], batch["attention_mask"],
+                                                        with_entropy=first)
             loss, st = clipped_policy_loss(logps, batch["old_logps"], batch["advantages"], batch["loss_mask"],
                                            batch["weights"], normalizer, self.cfg.clip_low, self.cfg.clip_high)
             loss.backward()
@@ -115,9 +139,29 @@ class PolicyTrainer:
             merged["clip_fraction"] += st["clip_fraction"] / len(chunks)
             merged["ratio_mean"] += st["ratio_mean"] / len(chunks)
             merged["log_ratio_abs_max"] = max(merged["log_ratio_abs_max"], st["log_ratio_abs_max"])
+            if entropy is not None:
+                entropy_sum += float((entropy * batch["loss_mask"]).sum())
+                tokens += float(batch["loss_mask"].sum())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
-        return {"loss": total, "grad_norm": float(grad_norm), **merged}
+        out = {"loss": total, "grad_norm": float(grad_norm), **merged}
+        if first:
+            out["entropy"] = entropy_sum / tokens if tokens else 0.0
+        return out
+
+    @torch.no_grad()
+    def _measure(self, rows: list[TrainingRow]) -> dict[str, float]:
+        """Max |log ratio| against the recorded logprobs and mean entropy on the sampled tokens, without an update."""
+        log_ratio, entropy_sum, tokens = 0.0, 0.0, 0.0
+        for start in range(0, len(rows), self.cfg.micro_batch_rows):
+            batch = pad_rows(rows[start : start + self.cfg.micro_batch_rows], self.pad_id)
+            logps, entropy = token_logprobs_and_entropy(self.model, batch["input_ids"], batch["attention_mask"])
+            mask = batch["loss_mask"].float()
+            if mask.any():
+                log_ratio = max(log_ratio, float(((logps - batch["old_logps"]).abs() * mask).max()))
+            entropy_sum += float((entropy * mask).sum())
+            tokens += float(mask.sum())
+        return {"log_ratio_abs_max": log_ratio, "entropy": entropy_sum / tokens if tokens else 0.0}
 
     def save(self, out_dir: Path) -> Path:
         """Write the current policy as a servable checkpoint (weights + the tokenizer files) to ``out_dir``."""

@@ -10,10 +10,12 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig as TrlSFTConfig
 from trl import SFTTrainer
 
+from repro.report.progress import duration
 from repro.train.config import SftConfig
 from repro.train.rl import TrainingRow, copy_extras
 
@@ -28,8 +30,30 @@ def rows_dataset(rows: Sequence[TrainingRow]) -> Dataset:
     })
 
 
+class SftProgress(TrainerCallback):
+    """``sft: step 300/1875 (16%), loss 0.412, 1m 36s, ~8m 24s left`` at each logging step, instead of the raw
+    log dicts transformers prints."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **_: Any) -> None:
+        if not logs or "loss" not in logs or not state.max_steps:
+            return
+        done, total = state.global_step, state.max_steps
+        elapsed = time.monotonic() - self.started
+        left = elapsed * (total - done) / max(done, 1)
+        print(f"sft: step {done}/{total} ({done / total:.0%}), loss {logs['loss']:.3f}, {duration(elapsed)}, "
+              f"~{duration(left)} left", flush=True)
+
+
+def sft_steps(cfg: SftConfig, n_rows: int) -> int:
+    """Optimizer steps of a run on ``n_rows`` rows."""
+    return max(1, math.ceil(n_rows * cfg.epochs / cfg.batch_size))
+
+
 def trl_args(cfg: SftConfig, n_rows: int, work_dir: Path) -> TrlSFTConfig:
-    steps = max(1, math.ceil(n_rows * cfg.epochs / cfg.batch_size))
+    steps = sft_steps(cfg, n_rows)
     decay = max(1, int(steps * cfg.decay_fraction))
     return TrlSFTConfig(
         output_dir=str(work_dir), max_steps=steps, per_device_train_batch_size=cfg.batch_size,
@@ -52,6 +76,9 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     args = trl_args(cfg, len(rows), Path(out_dir).with_name(Path(out_dir).name + ".trainer"))
     trainer = SFTTrainer(model=model, args=args, train_dataset=rows_dataset(rows), processing_class=tokenizer)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(SftProgress())
+    print(f"sft: {len(rows)} rows, {args.max_steps} steps of {cfg.batch_size}", flush=True)
     result = trainer.train()
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)

@@ -15,9 +15,9 @@ from repro.jobs.evaluate import EvalConfig, evaluate_job
 from repro.jobs.stack import CpuServingConfig
 from repro.proxy import ProxyConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-from repro.serving.tiny_model import TinyModelConfig
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
+from repro.tinymodel.model import TinyModelConfig
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["packages", "procedural"])
 

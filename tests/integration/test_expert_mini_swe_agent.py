@@ -22,11 +22,11 @@ from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-from repro.serving.recipe import build_recipe_model
-from repro.serving.tiny_model import TinyModelConfig
-from repro.serving.vocab import SUBMIT_SUFFIX, fixed_template_texts, tool_call_pieces
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
+from repro.tinymodel.model import TinyModelConfig
+from repro.tinymodel.recipe import build_recipe_model
+from repro.tinymodel.vocab import SUBMIT_SUFFIX, fixed_template_texts, tool_call_pieces
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["procedural"], operators=["recipe"],
                                difficulty="one_step")

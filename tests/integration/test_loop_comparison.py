@@ -9,6 +9,7 @@ from pathlib import Path
 
 from test_mini_repro import SMALL, _repro
 
+from repro.files import weights_sha256
 from repro.store import open_store
 
 FIDELITY = ["fidelity.max_rollouts=6", "fidelity.other_tasks=2"]
@@ -25,6 +26,10 @@ def test_loop_comparison_runs_both_arms_and_the_fidelity_replays(tmp_path: Path)
         assert arm["after"]["fingerprint"] == metrics["before"]["fingerprint"] == metrics["fingerprint"]
         assert arm["after"]["harness"] == "mini-swe-agent@2.4.6", kind  # both evaluated in the real harness
         assert [h["step"] for h in arm["history"]] == [0, 1]
+        assert arm["weights_sha256"] == weights_sha256(run_dir / kind / "policy")
+        assert [d["step"] for d in arm["diagnostics"]] == [0, 1]
+        assert all(d["log_ratio_first_max"] < 1e-3 for d in arm["diagnostics"])
+        assert (run_dir / kind / "rl" / "diagnostics.jsonl").exists()
         store = open_store(run_dir / kind / "traces.sqlite")
         train = [r for r in store.list_rollouts() if r.mode == "train"]
         evals = [r for r in store.list_rollouts() if r.mode == "eval"]
@@ -33,7 +38,8 @@ def test_loop_comparison_runs_both_arms_and_the_fidelity_replays(tmp_path: Path)
         endpoints = {c.endpoint for r in train for c in store.calls(r.rollout_id)}
         assert endpoints == ({"chat"} if kind == "proxy" else {"completions"})
         store.close()
-    assert metrics["rebuilt_minus_proxy"]["n"] == 4
+    assert metrics["rebuilt_minus_proxy"]["n"] == 4 and metrics["rebuilt_minus_proxy"]["mde"] >= 0
+    assert metrics["weights_sha256_before"] == weights_sha256(Path(metrics["warm_start"]["path"]))
     same, other = metrics["fidelity"]["2.4.6"], metrics["fidelity"]["1.17.5"]
     assert same["rollouts"] >= 1 and same["turns"] >= same["rollouts"]
     assert other["rollouts"] == 2 and other["first_divergent_turns"] == [0]  # text mode, no tools: differs at once

@@ -4,10 +4,12 @@ SFT -> frozen eval -> RL steps on proxy-recorded rollouts (weights pushed to the
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from repro.files import weights_sha256
 from repro.store import open_store
 
 SMALL = ["warm_start.n_demo_tasks=24", "train_tasks.n_tasks=30", "warm_start.sft.epochs=1", "rl.steps=2",
@@ -49,7 +51,32 @@ def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path) -> None:
         assert step["samples"]["rollouts"] == 6
         assert step["samples"]["sampled_tokens"] == sum(len(c.completion_ids) for c in usable)
     assert (run_dir / "policy" / "model.safetensors").exists()
+    weights = metrics["weights_sha256"]
+    assert weights["after"] == weights_sha256(run_dir / "policy")
+    assert weights["before"] == weights_sha256(Path(metrics["warm_start"]["path"]))
+    trained = any(h["update"]["updates"] for h in history)  # all-equal groups (no advantage) leave the weights
+    assert (weights["after"] != weights["before"]) == trained
+    steps = [json.loads(line) for line in (run_dir / "rl" / "diagnostics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [0, 1] and steps == metrics["diagnostics"]
+    for step in steps:  # the on-policy check held, and every diagnostic is a number in its range
+        assert step["log_ratio_first_max"] < 1e-3 and step["entropy"] > 0 and step["calls_per_rollout"] >= 1
+        assert 0 <= step["mixed_group_share"] <= 1 and 0 <= step["clip_fraction"] <= 1
+    assert "rl step 2/2: reward" in out.stdout and "phase eval_after" in out.stdout
+    assert "done, " in out.stdout and " resolved" in out.stdout
     assert metrics["fingerprint"][:8] in out.stdout
     table = _repro("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
     assert table.returncode == 0, table.stderr[-2000:]
     assert metrics["fingerprint"][:8] in (tmp_path / "results" / "mini_repro.md").read_text()
+
+
+def test_seeds_multirun_prints_a_row_per_seed_and_a_pooled_row(tmp_path: Path) -> None:
+    tiny = [*SMALL, "rl.steps=1", "warm_start.use_cache=true"]
+    out = _repro("run", "-m", "experiment=mini_repro", f"run.output_root={tmp_path}", "seed=0,1", *tiny, cwd=Path(
+        __file__).parents[2], env={**os.environ, "REPRO_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("mini_repro/*/*/metrics.json"))]
+    assert [r["seed"] for r in runs] == [0, 1]
+    assert runs[0]["warm_start"]["key"] != runs[1]["warm_start"]["key"]  # the seed trains its own warm start
+    (sweep_md,) = tmp_path.glob("mini_repro/*/sweep.md")
+    text = sweep_md.read_text()
+    assert "pooled (2 seeds)" in text and " 0,1 " in text and text.strip() in out.stdout

@@ -29,10 +29,10 @@ from repro.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
 from repro.sandbox.local import LocalSandboxConfig
-from repro.serving.tiny_model import TinyModelConfig
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.schema import Task
+from repro.tinymodel.model import TinyModelConfig
 
 V1 = MiniSweAgentConfig(version="1.17.5", mode="text", step_limit=2, max_tokens=32)
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=2, families=["packages", "procedural"])

@@ -28,10 +28,10 @@ from repro.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-from repro.serving.tiny_model import TinyModelConfig, build_tiny_model
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
+from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=2, families=["packages", "procedural"])
 HARNESS = OpenCodeConfig(output_limit=128)

@@ -33,10 +33,10 @@ from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
 from repro.samples import SampleConfig, build_rows
 from repro.sandbox.local import LocalSandboxConfig
-from repro.serving.tiny_model import TinyModelConfig, build_tiny_model
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
+from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 
 # OpenHands' first prompt is ~20.5k tokens of the tiny byte-level tokenizer: the model needs a longer context.
 MODEL = TinyModelConfig(vocab_size=1024, max_position_embeddings=65536)

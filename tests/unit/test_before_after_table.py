@@ -40,3 +40,39 @@ def test_rows_with_different_fingerprints_are_flagged(tmp_path: Path) -> None:
     written = write_before_after_tables([_run("a", "rollout")], tmp_path)
     assert [p.name for p in written] == ["mini_repro.md", "mini_repro.csv"]
     assert (tmp_path / "mini_repro.md").read_text().startswith("# mini_repro")
+
+
+def _seeded(seed: int, after_solved: int, n: int = 40) -> dict:
+    """A run whose first ``after_solved`` of ``n`` instances go from unsolved to solved (the rest stay)."""
+    run = _run(f"s{seed}", "rollout")
+    ids = [f"t{i:02d}" for i in range(n)]
+    run["seed"] = seed
+    run["rl"]["config"]["seed"] = seed
+    run["per_instance"] = {"before": dict.fromkeys(ids, 0.0),
+                           "after": {i: float(j < after_solved) for j, i in enumerate(ids)}}
+    run["paired"] = {**run["paired"], "delta": after_solved / n, "mde": 0.05}
+    run["diagnostics"] = [{"step": s, "reward_mean": 0.1 * s, "mixed_group_share": 0.5, "clip_fraction": 0.01,
+                           "entropy": 1.0 - 0.1 * s, "calls_per_rollout": 1.5, "log_ratio_first_max": 2e-5,
+                           "log_ratio_max": 1.0} for s in range(3)]
+    return run
+
+
+def test_seeds_of_one_configuration_get_a_pooled_row_and_diagnostics(tmp_path: Path) -> None:
+    runs = [_seeded(0, 4), _seeded(1, 8), _seeded(2, 12)]
+    text = run_markdown(runs)
+    pooled = next(line for line in text.splitlines() if "pooled (3 seeds)" in line)
+    # per-instance means over seeds: 12 instances gain 1/3, 8 gain 2/3... mean gain (4 + 8 + 12) / 3 / 40 = 20%
+    assert "+20.0 [" in pooled and "seed sd 10.0" in pooled and "0,1,2" in pooled
+    assert "MDE" in text and "0.000 -> 0.200" in text and "2.0e-05" in text
+    other = _seeded(3, 4)
+    other["trainer"] = {"learning_rate": 1e-3}  # another configuration: no pooling across it
+    assert run_markdown([*runs, other]).count("pooled (") == 1
+    written = write_before_after_tables(runs, tmp_path)
+    assert {p.name for p in written} == {"mini_repro.md", "mini_repro.csv", "mini_repro_diagnostics.md",
+                                         "mini_repro_diagnostics.csv"}
+    steps = (tmp_path / "mini_repro_diagnostics.csv").read_text().splitlines()
+    assert len(steps) == 1 + 3 * 3 and steps[0].startswith("run,seed,step,reward_mean")
+
+
+def test_a_single_seed_has_no_pooled_row() -> None:
+    assert "pooled (" not in run_markdown([_seeded(0, 4)])

@@ -12,11 +12,7 @@ import httpx
 import pytest
 from transformers import AutoTokenizer
 
-from repro.net import free_port
-from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-from repro.serving.cpu_server import ServerConfig, create_app
-from repro.serving.engine import EngineConfig
-from repro.serving.expert import (
+from repro.expert.script import (
     ExpertScript,
     LineFix,
     buggy_files,
@@ -26,12 +22,16 @@ from repro.serving.expert import (
     slipped,
     tool_call_text,
 )
-from repro.serving.recipe import recipe_corpus
-from repro.serving.tiny_model import TinyModelConfig, build_tiny_model
-from repro.serving.vocab import SUBMIT_COMMAND, render_chat
+from repro.net import free_port
+from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.serving.cpu_server import ServerConfig, create_app
+from repro.serving.engine import EngineConfig
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
 from repro.testing import ServerThread
+from repro.tinymodel.model import TinyModelConfig, build_tiny_model
+from repro.tinymodel.recipe import recipe_corpus
+from repro.tinymodel.vocab import SUBMIT_COMMAND, render_chat
 
 SUBMIT_LINE = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 RECIPE_TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=4, families=["procedural"], operators=["recipe"],

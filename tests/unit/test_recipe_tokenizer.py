@@ -13,11 +13,12 @@ import jinja2
 import pytest
 from transformers import AutoTokenizer
 
-from repro.serving.expert import ExpertScript, single_line_fix, tool_call_text
-from repro.serving.recipe import recipe_corpus, resolve_model_config
-from repro.serving.tiny_model import TinyModelConfig, build_tiny_model, config_dict
+from repro.expert.script import ExpertScript, single_line_fix, tool_call_text
 from repro.serving.tool_parser import parse_tool_calls
-from repro.serving.vocab import (
+from repro.tasks.distributions import TaskDistributionConfig, build_distribution
+from repro.tinymodel.model import TinyModelConfig, build_tiny_model, config_dict
+from repro.tinymodel.recipe import recipe_corpus, resolve_model_config
+from repro.tinymodel.vocab import (
     SUBMIT_SUFFIX,
     fixed_template_texts,
     recipe_added_tokens,
@@ -26,7 +27,6 @@ from repro.serving.vocab import (
     tool_call_pieces,
     tools_block_texts,
 )
-from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 
 BASH_TOOL = {"type": "function", "function": {
     "name": "bash", "description": "Execute a bash command",

@@ -93,3 +93,23 @@ def test_published_tables_name_repo_relative_run_dirs(tmp_path: Path, monkeypatc
         (tmp_path / "results" / "harness_sweep.csv").read_text()
     assert str(tmp_path) not in published and "outputs/harness_sweep/x/0" in published
     assert "Command: `repro run -m experiment=harness_sweep`" in published  # overrides.txt still found
+
+
+def test_the_sweep_dir_comes_from_the_jobs_not_a_second_reading_of_now(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from repro.report.sweep import SeedsTableCallback
+
+    started = tmp_path / "mini_repro" / "20261201-100000"
+    (started / "0").mkdir(parents=True)
+    (started / "multirun.yaml").write_text("{}")
+    later = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "mini_repro" / "20261201-101500")}}})
+    callback = SeedsTableCallback()
+    assert callback.sweep_dir(later) == started  # `now` read again names a directory that does not exist
+    job = SimpleNamespace(hydra_cfg=OmegaConf.create({"hydra": {"runtime": {"output_dir": str(started / "0")}}}))
+    callback.on_job_end(OmegaConf.create({}), job_return=job)
+    (tmp_path / "mini_repro" / "20261201-110000").mkdir()
+    (tmp_path / "mini_repro" / "20261201-110000" / "multirun.yaml").write_text("{}")  # a newer sweep elsewhere
+    assert callback.sweep_dir(later) == started

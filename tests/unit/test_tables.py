@@ -156,7 +156,15 @@ def test_progress_prints_plain_lines_when_piped() -> None:
         for _ in range(20):
             bar.advance(note="resolved")
     lines = buffer.getvalue().splitlines()
-    assert lines == [f"rollouts: {n}/20 resolved" for n in range(2, 21, 2)]  # every 10%, no float drift
+    # every 10%, no float drift; elapsed and the time left at the rate so far, elapsed alone at the end
+    assert [line.split(" (")[0] for line in lines] == [f"rollouts: {n}/20 resolved" for n in range(2, 21, 2)]
+    assert all(line.endswith(" left)") for line in lines[:-1]) and lines[-1].endswith("(0s)")
+
+
+def test_durations_read_as_a_person_writes_them() -> None:
+    from repro.report.progress import duration
+
+    assert [duration(s) for s in (4.4, 65, 3725)] == ["4s", "1m 05s", "1h 02m"]
 
 
 def test_progress_drives_a_live_bar_in_a_terminal() -> None:
@@ -171,3 +179,15 @@ def test_progress_drives_a_live_bar_in_a_terminal() -> None:
         for _ in range(3):
             bar.advance(note="ok")
     assert bar.done == 3 and "3/3" in buffer.getvalue()
+
+
+def test_phase_estimates_come_from_this_machines_last_run(tmp_path, monkeypatch) -> None:
+    from repro.report import eta
+
+    monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path))
+    assert eta.expected("eval_sample", 400) == "no earlier run on this machine to estimate from"
+    eta.record("eval_sample", 100, 50.0)
+    eta.record("eval_sample", 0, 50.0)  # nothing measured: ignored
+    assert eta.expected("eval_sample", 400) == "~3m 20s expected from this machine's last run"
+    (tmp_path / "timings.json").write_text("not json")
+    assert eta.expected("eval_sample", 400).startswith("no earlier run")

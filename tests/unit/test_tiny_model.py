@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig, AutoTokenizer
 
-from repro.serving.tiny_model import MANIFEST_NAME, TinyModelConfig, build_tiny_model
+from repro.tinymodel.model import MANIFEST_NAME, TinyModelConfig, build_tiny_model
 
 SMALL = TinyModelConfig(vocab_size=300, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
 TOOLS = [
@@ -47,7 +47,7 @@ def test_same_seed_and_corpus_give_identical_files(tmp_path: Path) -> None:
 def test_build_is_identical_across_processes(tmp_path: Path, tiny_model_dir: Path) -> None:
     """Hash-map seeds differ between processes: a fresh interpreter must build the same files."""
     code = (
-        "import sys; from pathlib import Path; from repro.serving.tiny_model import TinyModelConfig, build_tiny_model;"
+        "import sys; from pathlib import Path; from repro.tinymodel.model import TinyModelConfig, build_tiny_model;"
         "build_tiny_model(Path(sys.argv[1]), TinyModelConfig(vocab_size=int(sys.argv[2])), [])"
     )
     vocab = json.loads((tiny_model_dir / MANIFEST_NAME).read_text())["config"]["vocab_size"]

@@ -11,7 +11,7 @@ import torch
 
 from repro.train.config import RlConfig
 from repro.train.policy_loss import clipped_policy_loss, token_logprobs
-from repro.train.rl import PolicyTrainer, check_rows, pad_rows
+from repro.train.rl import OffPolicyError, PolicyTrainer, check_rows, pad_rows
 
 
 @dataclass
@@ -112,3 +112,34 @@ def test_saved_policy_is_a_servable_checkpoint(tiny_model_dir: Path, tmp_path: P
 def test_bad_trainer_settings_name_the_choices() -> None:
     with pytest.raises(ValueError, match="rollout"):
         RlConfig(weighting="episode")
+
+
+def test_first_update_refuses_logprobs_the_policy_did_not_produce(tiny_model_dir: Path) -> None:
+    rows = _rows_with_logprobs(tiny_model_dir, [FakeRow(list(range(5, 25)), [0] * 12 + [1] * 8),
+                                                FakeRow(list(range(7, 27)), [0] * 10 + [1] * 10, advantage=-1.0)])
+    stats = PolicyTrainer(tiny_model_dir, RlConfig()).update(rows)  # the server's own logprobs: on policy
+    first = stats["updates"][0]
+    assert first["log_ratio_abs_max"] < 1e-4 and first["entropy"] > 0 and "entropy" not in stats["updates"][1]
+    rows = _rows_with_logprobs(tiny_model_dir, rows)
+    rows[1].old_logprobs[15] += 0.01  # one sampled token's recorded logprob off by 0.01 nats
+    trainer = PolicyTrainer(tiny_model_dir, RlConfig())
+    with pytest.raises(OffPolicyError, match="on_policy_log_ratio_max"):
+        trainer.update(rows)
+    assert PolicyTrainer(tiny_model_dir, RlConfig(on_policy_log_ratio_max=0.0)).update(rows)["rows_trained"] == 2
+
+
+@pytest.mark.parametrize("field_name", ["temperature", "top_p"])
+def test_rl_refuses_sampling_the_loss_does_not_model(field_name: str) -> None:
+    from repro.jobs.rl_loop import RlPhaseConfig
+
+    with pytest.raises(ValueError, match=f"rl.{field_name}=0.7 is not supported"):
+        RlPhaseConfig(**{field_name: 0.7})
+
+
+def test_a_batch_without_advantage_is_still_checked_and_measured(tiny_model_dir: Path) -> None:
+    rows = _rows_with_logprobs(tiny_model_dir, [FakeRow(list(range(5, 25)), [0] * 12 + [1] * 8, advantage=0.0)])
+    stats = PolicyTrainer(tiny_model_dir, RlConfig()).update(rows)
+    assert stats["updates"] == [] and stats["measured"]["log_ratio_abs_max"] < 1e-4 and stats["measured"]["entropy"] > 0
+    rows[0].old_logprobs[14] -= 0.01
+    with pytest.raises(OffPolicyError):
+        PolicyTrainer(tiny_model_dir, RlConfig()).update(rows)

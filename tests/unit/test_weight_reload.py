@@ -17,8 +17,8 @@ from transformers import AutoModelForCausalLM
 from repro.net import free_port
 from repro.serving.cpu_server import ServerConfig, create_app
 from repro.serving.engine import Engine, EngineConfig, SamplingParams
-from repro.serving.tiny_model import TinyModelConfig, build_tiny_model
 from repro.testing import ServerThread
+from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 
 BASE = TinyModelConfig(vocab_size=400, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                        intermediate_size=64)

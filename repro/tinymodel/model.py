@@ -80,7 +80,7 @@ def config_dict(config: TinyModelConfig) -> dict:
 
 def chat_template() -> str:
     """The Qwen-style tool-calling chat template shipped with the package."""
-    return resources.files("repro.serving").joinpath("chat_template.jinja").read_text(encoding="utf-8")
+    return resources.files("repro.tinymodel").joinpath("chat_template.jinja").read_text(encoding="utf-8")
 
 
 def inputs_sha256(config: TinyModelConfig, corpus: list[str]) -> str:

@@ -63,7 +63,7 @@ def render_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | No
     """Our chat template rendered the way ``apply_chat_template(..., tokenize=False)`` renders it."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    from repro.serving.tiny_model import chat_template
+    from repro.tinymodel.model import chat_template
 
     rendered, _ = render_jinja_template([messages], tools=tools, chat_template=chat_template(),
                                         add_generation_prompt=add_generation_prompt)

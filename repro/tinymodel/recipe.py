@@ -2,20 +2,24 @@
 
 Recipe tokenizer = a BPE (``TinyModelConfig.vocab_size``, 4096 in ``experiments/model/tiny_recipe.yaml``) trained
 on the train tasks' statements and code (:func:`recipe_corpus`), plus single added tokens for every fixed text
-of a rollout (:func:`repro.serving.vocab.recipe_added_tokens`: the harness's template paragraphs, the tools
+of a rollout (:func:`repro.tinymodel.vocab.recipe_added_tokens`: the harness's template paragraphs, the tools
 block, the tool-call wrapper, the submit suffix). ``TinyModelConfig.recipe_tokens`` asks for the latter;
 :func:`resolve_model_config` turns it into ``extra_added_tokens`` for the harness in use.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from repro.serving.tiny_model import TinyModelConfig
-from repro.serving.vocab import recipe_added_tokens
+from repro.files import cache_dir
+from repro.tinymodel.model import TinyModelConfig, build_tiny_model, config_dict
+from repro.tinymodel.vocab import recipe_added_tokens
 
 _PATCHED = re.compile(r"^\+\+\+ b/(.+)$", re.MULTILINE)
 _CHAT_ROLES = "system\nuser\nassistant\ntool\n"  # the role names after <|im_start|> (else spelled by letters)
@@ -42,7 +46,7 @@ def resolve_model_config(config: TinyModelConfig, harness: Any, platform_line: b
 def recipe_corpus(tasks: list[Any]) -> list[str]:
     """The recipe's BPE corpus: the chat role names, platform words, each task's statement and the files its gold
     patch changes at the task's base commit (``tasks`` are :class:`repro.tasks.schema.Task`: pass the train split's)."""
-    from repro.serving.expert import buggy_files
+    from repro.expert.script import buggy_files
 
     files = buggy_files((t, path) for t in tasks for path in _PATCHED.findall(t.patch))
     statements = (t.problem_statement for t in tasks)
@@ -53,8 +57,22 @@ def recipe_corpus(tasks: list[Any]) -> list[str]:
 def build_recipe_model(model: TinyModelConfig, harness: Any, tasks: list[Any], platform_line: bool = False) -> Path:
     """The (cached) checkpoint of ``model`` with the BPE trained on :func:`recipe_corpus` of ``tasks`` and, when
     ``model.recipe_tokens``, the recipe tokens of ``harness`` (a harness with a ``cfg``, or its config)."""
-    from repro.jobs.stack import tiny_model
-
     config = resolve_model_config(model, getattr(harness, "cfg", harness), platform_line)
     path, _ = tiny_model(config, recipe_corpus(tasks))
     return path
+
+
+def tiny_model(config: TinyModelConfig, corpus: list[str], harness: Any = None) -> tuple[Path, bool]:
+    """The tiny checkpoint for (config, corpus), built once and cached by a hash of both; (dir, was_cached).
+
+    ``harness`` (its config) is needed when ``config.recipe_tokens`` is set, see
+    :func:`resolve_model_config`."""
+    config = resolve_model_config(config, harness)
+    key = hashlib.sha256(json.dumps([config_dict(config), corpus], sort_keys=True).encode()).hexdigest()[:16]
+    out = cache_dir() / "models" / f"tiny-{key}"
+    if (out / "repro_model.json").exists():
+        return out, True
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    build_tiny_model(tmp, config, corpus)
+    tmp.rename(out)
+    return out, False

@@ -1,4 +1,5 @@
-"""The scripted expert: a model server whose completion is the gold one-line fix as one ``bash`` tool call.
+"""The scripted expert: its completion is the gold one-line fix as one ``bash`` tool call (served by
+:class:`repro.serving.scripted.ScriptedEngine`).
 
 ``sed -i 's|OLD|NEW|' FILE && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (``Ns|OLD|NEW|`` when OLD is not
 unique in the file), where OLD / NEW are the buggy / fixed line of the task's gold patch without their common
@@ -24,9 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from repro.serving.engine import Engine, EngineConfig, EngineRequest, FinishEvent, _Row
-from repro.serving.vocab import SUBMIT_COMMAND, SUBMIT_SUFFIX
 from repro.tasks.schema import Task
+from repro.tinymodel.vocab import SUBMIT_COMMAND, SUBMIT_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -238,30 +238,6 @@ class ExpertScript:
         command = self.commands[i]
         return SUBMIT_COMMAND if json.dumps(command, ensure_ascii=False)[1:-1] in prompt else command
 
-
-class ExpertEngine(Engine):
-    """An :class:`Engine` whose rows are scripted by an :class:`ExpertScript` (the model is loaded, unused)."""
-
-    def __init__(self, config: EngineConfig, tasks_path: Path, slip_rate: float = 0.0, slip_seed: int = 0,
-                 slip_operators: tuple[str, ...] = ()) -> None:
-        self.script = ExpertScript.from_jsonl(Path(tasks_path), slip_rate, slip_seed, slip_operators)
-        log.info("expert: %d tasks, %d with a one-line fix", len(self.script.commands), self.script.n_scripted)
-        super().__init__(config)
-        self._eos_id = self.tokenizer.eos_token_id
-
-    def completion_ids(self, prompt_ids: list[int]) -> list[int]:
-        """The scripted completion's token ids for a prompt, ending with eos."""
-        prompt = self._decoder.decode(prompt_ids, skip_special_tokens=False)
-        text = tool_call_text(self.script.command(prompt))
-        return [*self._decoder.encode(text, add_special_tokens=False).ids, self._eos_id]
-
-    def _generate_batch(self, batch: list[EngineRequest]) -> None:
-        for req in batch:
-            row = _Row(req, self._decoder, self.eos_ids)
-            for token_id in self.completion_ids(req.prompt_ids):
-                if req.cancelled.is_set():
-                    req.emit(FinishEvent("abort", None, ""))
-                    break
-                top = [(token_id, 0.0)] if req.params.top_logprobs > 0 else None
-                if row.step(token_id, 0.0, top):
-                    break
+    def completion(self, prompt: str) -> str:
+        """The completion text for a decoded prompt: :meth:`command` as one ``bash`` tool call."""
+        return tool_call_text(self.command(prompt))

@@ -1,0 +1,42 @@
+"""Package layering: the serving layer knows no jobs, the harness adapters know no serving internals."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, at top level or inside functions (lazy imports count)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize(("package", "forbidden"), [
+    ("harness_adapters", "repro.serving"),
+    ("repro/serving", "repro.jobs"),
+    ("repro/tinymodel", "repro.jobs"),
+    ("repro/expert", "repro.jobs"),
+    ("repro/expert", "repro.serving"),
+])
+def test_package_does_not_import(package: str, forbidden: str) -> None:
+    files = sorted((ROOT / package).rglob("*.py"))
+    assert files, package
+    offenders = [f"{path.relative_to(ROOT)} imports {name}" for path in files for name in imported_modules(path)
+                 if name == forbidden or name.startswith(forbidden + ".")]
+    assert not offenders, offenders
+
+
+def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from repro.jobs.stack import Stack\n    import repro.serving.engine\n")
+    assert imported_modules(module) == {"repro.jobs.stack", "repro.serving.engine"}
