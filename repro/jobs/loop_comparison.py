@@ -27,7 +27,7 @@ from repro.jobs.miniature import ArmConfig, Miniature, MiniatureConfig, prepared
 from repro.jobs.rl_loop import RlPhaseConfig
 from repro.jobs.rollouts import RolloutOptions, RolloutRunner
 from repro.jobs.stack import CpuServingConfig, running_stack
-from repro.jobs.warm_start import WarmStartConfig
+from repro.jobs.warm_start import WarmStartConfig, prompt_platform
 from repro.proxy import ProxyConfig
 from repro.rebuilt.fidelity import replay_rollout, summarize
 from repro.rebuilt.harness import LoopConfig, loop_spec
@@ -169,6 +169,7 @@ def _metrics(mini: Miniature, before: list[Any], arms: dict[str, Any], fid: dict
         "train_tasks": mini.train_name, "before": eval_metrics(before, spec, ev.experiment, mini.warm_label),
         "per_instance_before": per_instance(before), "weights_sha256_before": warm["weights_sha256"],
         "arms": out_arms, "rebuilt_minus_proxy": between, "fidelity": fid, "warm_start": warm, "seed": rl.seed,
+        "platform": prompt_platform(),
         "rl": asdict(rl), "trainer": asdict(trainer), "samples": {"mode": samples.mode, "weighting": trainer.weighting},
         "compute": mini.acct.to_dict(), "started_at": started, "finished_at": time.time(),
         "wall_s": time.time() - started,

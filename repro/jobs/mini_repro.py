@@ -22,7 +22,7 @@ from repro.jobs.evaluate import EvalConfig
 from repro.jobs.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature, run_arm
 from repro.jobs.rl_loop import RlPhaseConfig
 from repro.jobs.stack import CpuServingConfig
-from repro.jobs.warm_start import WarmStartConfig
+from repro.jobs.warm_start import WarmStartConfig, prompt_platform
 from repro.proxy import ProxyConfig
 from repro.rebuilt.harness import LoopConfig
 from repro.report.before_after import run_markdown
@@ -90,7 +90,7 @@ def before_after_metrics(mini: Miniature, before: list[Any], result: dict[str, A
         "warm_start": warm, "rl": {"config": asdict(arm.rl), "history": result["history"]},
         "diagnostics": [h["diagnostics"] for h in result["history"]],
         "trainer": asdict(arm.trainer), "samples": {"mode": arm.samples.mode, "weighting": arm.trainer.weighting},
-        "loop": result["loop"], "seed": arm.rl.seed,
+        "loop": result["loop"], "seed": arm.rl.seed, "platform": prompt_platform(),
         "compute": mini.acct.to_dict(), "started_at": started, "finished_at": time.time(),
         "wall_s": time.time() - started,
     }

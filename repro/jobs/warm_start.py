@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,6 +35,7 @@ from repro.train.sft import sft_steps, sft_train
 
 log = logging.getLogger(__name__)
 EXPERT_VERSION = "sed-oneliner-3"  # bump when the scripted expert's answers change
+SFT_DATA_VERSION = 2  # bump when the way demonstrations become SFT rows changes (2: rows ordered by task id)
 STATS_FILE = "warm_start.json"
 
 
@@ -51,6 +53,13 @@ class WarmStartConfig:
     use_cache: bool = True
 
 
+def prompt_platform() -> str:
+    """The ``platform.uname()`` line mini-SWE-agent writes into every first prompt: demonstrations recorded on a
+    machine with another kernel are other token ids, so the key (and each run's record) names it."""
+    u = platform.uname()
+    return f"{u.system} {u.release} {u.version} {u.machine}"
+
+
 def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[str, Any],
                    cfg: WarmStartConfig) -> str:
     """Hash of everything that determines the warm-start checkpoint."""
@@ -58,7 +67,8 @@ def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[s
     digest.update((Path(base_model) / "repro_model.json").read_bytes())
     for task in tasks:
         digest.update(f"{task.instance_id}\0{task.base_commit}\0{task.patch}\0".encode())
-    payload = {"harness": harness_identity, "expert": EXPERT_VERSION, "mode": cfg.sample_mode, "sft": asdict(cfg.sft)}
+    payload = {"harness": harness_identity, "expert": EXPERT_VERSION, "mode": cfg.sample_mode, "sft": asdict(cfg.sft),
+               "sft_data": SFT_DATA_VERSION, "platform": prompt_platform()}
     if cfg.expert_slip_rate:
         payload["slip"] = [cfg.expert_slip_rate, cfg.expert_slip_seed, *cfg.expert_slip_operators]
     digest.update(json.dumps(payload, sort_keys=True, default=str).encode())
