@@ -129,7 +129,7 @@ class RlLoop:
             runner = RolloutRunner(self.run_dir / "rl" / f"step_{step:03d}", self.store_path, opts, tasks, self.stack,
                                    self.agent, self.box, f"policy-step{step}", self.grade_cache)
             try:
-                reports = runner.run(f"rl step {step}")
+                reports = runner.run(f"rl step {step + 1}/{self.cfg.steps}")
             finally:
                 runner.close()
         rollout_s = time.perf_counter() - started
