@@ -1,8 +1,8 @@
 """Expected phase durations for progress lines, from this machine's own earlier runs.
 
-Each finished phase records its seconds per unit (an evaluation sample, a demonstration, an SFT step, an RL step)
-in ``<cache>/timings.json``; the next run announces a phase as ``~3m 20s expected`` from that rate, or says it has
-nothing to estimate from. Only a hint for the person waiting: never part of a result.
+Each finished phase of at least a minute records its seconds per unit (an evaluation sample, a demonstration, an
+SFT step, an RL rollout) in ``<cache>/timings.json``; the next run announces a phase as ``~3m 20s expected`` from
+that rate, or says it has nothing to estimate from. Only a hint for the person waiting: never part of a result.
 """
 
 from __future__ import annotations
@@ -34,9 +34,13 @@ def expected(kind: str, units: float) -> str:
     return f"~{duration(rate * units)} expected from this machine's last run"
 
 
+MIN_SECONDS = 60.0  # shorter phases are mostly fixed start-up cost: a per-unit rate from them overestimates
+
+
 def record(kind: str, units: float, seconds: float) -> None:
-    """Remember ``seconds / units`` as the rate of ``kind`` (the latest run wins)."""
-    if units <= 0 or seconds <= 0:
+    """Remember ``seconds / units`` as the rate of ``kind`` (the latest run wins), when the phase ran long enough
+    (``MIN_SECONDS``) for its start-up cost not to dominate."""
+    if units <= 0 or seconds < MIN_SECONDS:
         return
     with file_lock(_path()):
         data = _read()
