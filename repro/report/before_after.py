@@ -83,10 +83,16 @@ def config_key(run: dict[str, Any]) -> tuple:
             run["train_tasks"], repr(sorted(rl.items())), repr(sorted(trainer.items())))
 
 
+def run_name(run_dir: str) -> str:
+    """A run's name in a table: its directory, with the sweep's when it is a multirun job (``<time>/0``)."""
+    path = Path(run_dir)
+    return f"{path.parent.name}/{path.name}" if path.name.isdigit() else path.name
+
+
 def row(run: dict[str, Any]) -> dict[str, Any]:
     paired, total = run["paired"], run.get("compute", {}).get("total", {})
     return {
-        "run": Path(run.get("run_dir", "")).name, "seed": run.get("seed", run["rl"]["config"].get("seed", "")),
+        "run": run_name(run.get("run_dir", "")), "seed": run.get("seed", run["rl"]["config"].get("seed", "")),
         "loop": run.get("loop", "proxy"), "weighting": run["samples"]["weighting"],
         "samples": run["samples"]["mode"], "RL": _rl_cell(run),
         "n": paired["n"], "Pass@1 before": _pass_cell(run["before"]), "Pass@1 after": _pass_cell(run["after"]),
@@ -155,7 +161,7 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def diagnostics_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Per RL step: what :func:`repro.jobs.rl_loop.step_diagnostics` recorded, with the run and seed."""
     steps = run.get("diagnostics") or [h.get("diagnostics") for h in run["rl"].get("history", [])]
-    name = run.get("name") or Path(run.get("run_dir", "")).name
+    name = run.get("name") or run_name(run.get("run_dir", ""))
     return [{"run": name, "seed": run.get("seed", ""), **d} for d in steps if d]
 
 
@@ -197,6 +203,10 @@ def run_markdown(runs: list[dict[str, Any]]) -> str:
                  "averages each instance over the seeds (and samples) before pairing; seed sd is the standard "
                  "deviation of the seeds' own deltas. Weights: sha256 prefixes of the warm start and the trained "
                  "policy.")
+    seeds = sorted({str(r.get("seed")) for r in runs if r.get("seed") is not None}, key=lambda x: (len(x), x))
+    if seeds:
+        lines += ["", f"Rebuild: `repro run -m experiment={first['experiment']} seed={','.join(seeds)}` (plus the "
+                      "overrides in each run's `overrides.txt`), then `repro table`."]
     summary = diagnostics_summary(runs)
     if len(summary):
         lines += ["", "### RL diagnostics per run (every step in the companion `_diagnostics` files)", "",

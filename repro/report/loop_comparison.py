@@ -17,6 +17,7 @@ from repro.report.before_after import (
     _pass_cell,
     _pct,
     diagnostics_summary,
+    run_name,
     seed_groups,
     write_diagnostics,
     write_named_tables,
@@ -35,11 +36,11 @@ def _schedule(run: dict[str, Any]) -> str:
     return f"{rl['steps']}x{rl['tasks_per_step']}x{rl['samples_per_task']}, lr {run['trainer']['learning_rate']:g}"
 
 
-def _comparison(run: dict[str, Any], arm: str, kind: str, n: int, before: str, after: str,
+def _comparison(run: dict[str, Any], arm: str, n: int, before: str, after: str,
                 paired: dict[str, Any], **rest: str) -> dict[str, Any]:
-    return {"run": Path(run["run_dir"]).name, "seed": rest.pop("seed", run.get("seed", "")), "RL rollouts by": arm,
+    return {"run": run_name(run["run_dir"]), "seed": rest.pop("seed", run.get("seed", "")), "RL rollouts by": arm,
             "RL": _schedule(run), "n": n, "Pass@1 before": before, "Pass@1 after": after,
-            f"delta {kind} [95% CI]": _delta_cell(paired), "MDE": _mde_cell(paired),
+            "delta [95% CI]": _delta_cell(paired), "MDE": _mde_cell(paired),
             "sign-flip p": f"{paired['sign_flip_p']:.3g}", **rest}
 
 
@@ -49,13 +50,13 @@ def run_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     for kind, arm in run["arms"].items():
         paired, total = arm["paired_vs_before"], arm["compute"].get("total", {})
         weights = arm.get("weights_sha256")
-        rows.append(_comparison(run, kind, "", paired["n"], _pass_cell(run["before"]), _pass_cell(arm["after"]),
+        rows.append(_comparison(run, kind, paired["n"], _pass_cell(run["before"]), _pass_cell(arm["after"]),
                                 paired, **{"weights after": weights[:8] if weights else "-",
                                            "hours (wall)": _hours(arm["compute"]),
                                            "CPU core-h": f"{total.get('cpu_core_h', 0):.2f}"}))
     between = run.get("rebuilt_minus_proxy")
     if between:
-        rows.append(_comparison(run, "rebuilt - proxy", "", between["n"], "", "", between))
+        rows.append(_comparison(run, "rebuilt - proxy", between["n"], "", "", between))
     return rows
 
 
@@ -70,12 +71,12 @@ def pooled_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for kind, values in after.items():
         paired = paired_summary(before, values)
         sd = statistics.stdev(r["arms"][kind]["paired_vs_before"]["delta"] for r in runs)
-        rows.append(_comparison(runs[0], kind, "", paired["n"], _mean_cell(before), _mean_cell(values), paired,
+        rows.append(_comparison(runs[0], kind, paired["n"], _mean_cell(before), _mean_cell(values), paired,
                                 seed=seeds, **{"seed sd of delta": f"{100 * sd:.1f}"}) | {"run": label})
     if {"proxy", "rebuilt"} <= set(after):
         paired = paired_summary(after["proxy"], after["rebuilt"])
         sd = statistics.stdev(r["rebuilt_minus_proxy"]["delta"] for r in runs)
-        rows.append(_comparison(runs[0], "rebuilt - proxy", "", paired["n"], "", "", paired, seed=seeds,
+        rows.append(_comparison(runs[0], "rebuilt - proxy", paired["n"], "", "", paired, seed=seeds,
                                 **{"seed sd of delta": f"{100 * sd:.1f}"}) | {"run": label})
     return rows
 
@@ -125,7 +126,7 @@ def fidelity_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
 
 def comparison_markdown(runs: list[dict[str, Any]]) -> str:
     arms = pd.DataFrame(table_rows(runs)).fillna("")
-    fidelity = pd.DataFrame([{"run": Path(run["run_dir"]).name, **r} for run in runs for r in fidelity_rows(run)])
+    fidelity = pd.DataFrame([{"run": run_name(run["run_dir"]), **r} for run in runs for r in fidelity_rows(run)])
     first = runs[-1]
     table = arms.to_markdown(index=False, disable_numparse=True)
     lines = ["## RL through the real harness vs the rebuilt loop", "", table, "",
@@ -148,7 +149,7 @@ def comparison_markdown(runs: list[dict[str, Any]]) -> str:
 
 def arm_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Each arm of a run as a run of its own (for the diagnostics tables): run name ``<run>/<arm>``."""
-    return [{"run_dir": f"{run['run_dir']}/{kind}", "name": f"{Path(run['run_dir']).name}/{kind}",
+    return [{"run_dir": f"{run['run_dir']}/{kind}", "name": f"{run_name(run['run_dir'])}/{kind}",
              "seed": run.get("seed", ""), "rl": {}, "table": run.get("table"), "experiment": run["experiment"],
              "diagnostics": arm.get("diagnostics") or [h.get("diagnostics") for h in arm.get("history", [])]}
             for kind, arm in run["arms"].items()]
