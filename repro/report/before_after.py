@@ -112,6 +112,12 @@ def _mean_over_seeds(maps: list[dict[str, float]]) -> dict[str, float]:
     return {i: sum(m[i] for m in maps) / len(maps) for i in sorted(shared)}
 
 
+def mean_cell(values: dict[str, float]) -> str:
+    """``44.5% [41.2%, 47.6%]``: the mean of per-instance values with its bootstrap interval over instances."""
+    low, high = bootstrap_interval(list(values.values()))
+    return f"{_pct(statistics.fmean(values.values()))} [{_pct(low)}, {_pct(high)}]"
+
+
 def pooled_row(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The seeds of one configuration pooled: per-instance means over seeds and samples, the paired delta over
     instances (bootstrap interval, sign-flip p, MDE) and the spread of the seeds' own deltas."""
@@ -123,16 +129,12 @@ def pooled_row(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     deltas = [r["paired"]["delta"] for r in runs]
     sd = statistics.stdev(deltas)
 
-    def cell(values: dict[str, float]) -> str:
-        low, high = bootstrap_interval(list(values.values()))
-        return f"{_pct(statistics.fmean(values.values()))} [{_pct(low)}, {_pct(high)}]"
-
     total_cpu = sum(r.get("compute", {}).get("total", {}).get("cpu_core_h", 0) for r in runs)
     return {**{key: "" for key in row(runs[0])},
             "run": f"pooled ({len(runs)} seeds)", "seed": ",".join(str(r.get("seed", "?")) for r in runs),
             "loop": runs[0].get("loop", "proxy"), "weighting": runs[0]["samples"]["weighting"],
             "samples": runs[0]["samples"]["mode"], "RL": _rl_cell(runs[0]), "n": paired["n"],
-            "Pass@1 before": cell(before), "Pass@1 after": cell(after),
+            "Pass@1 before": mean_cell(before), "Pass@1 after": mean_cell(after),
             "delta [95% CI]": f"{_delta_cell(paired)}, seed sd {100 * sd:.1f}", "MDE": _mde_cell(paired),
             "sign-flip p": _p(paired["sign_flip_p"]),
             "wall h": f"{sum(r.get('wall_s', 0) for r in runs) / 3600:.2f}", "CPU core-h": f"{total_cpu:.2f}",
@@ -214,15 +216,20 @@ def run_markdown(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def by_table(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Runs per table name (a run's ``table``, else its experiment), in order."""
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        tables.setdefault(run.get("table") or run["experiment"], []).append(run)
+    return tables
+
+
 def write_named_tables(runs: list[dict[str, Any]], results: Path, markdown: Callable[[list[dict[str, Any]]], str],
                        csv_rows: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> list[Path]:
     """``results/<table>.md`` (``markdown`` of the table's runs) and ``.csv`` (``csv_rows`` of each run), per table
     name (a run's ``table``, else its experiment)."""
-    by_table: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        by_table.setdefault(run.get("table") or run["experiment"], []).append(run)
     written = []
-    for name, rows in by_table.items():
+    for name, rows in by_table(runs).items():
         md, csv = results / f"{name}.md", results / f"{name}.csv"
         md.write_text(f"# {name}\n\n" + markdown(rows))
         pd.DataFrame([r for run in rows for r in csv_rows(run)]).to_csv(csv, index=False)
@@ -239,11 +246,8 @@ def write_before_after_tables(runs: list[dict[str, Any]], results: Path) -> list
 
 def write_diagnostics(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """``results/<table>_diagnostics.md`` and ``.csv`` per table name (runs without diagnostics are left out)."""
-    by_table: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        by_table.setdefault(run.get("table") or run["experiment"], []).append(run)
     written = []
-    for name, group in by_table.items():
+    for name, group in by_table(runs).items():
         frame = pd.DataFrame([r for run in group for r in diagnostics_rows(run)])
         if frame.empty:
             continue

@@ -8,7 +8,6 @@ from typing import Any
 
 import pandas as pd
 
-from repro.evaluation.metrics import bootstrap_interval
 from repro.evaluation.paired import paired_summary
 from repro.report.before_after import (
     _delta_cell,
@@ -17,6 +16,7 @@ from repro.report.before_after import (
     _pass_cell,
     _pct,
     diagnostics_summary,
+    mean_cell,
     run_name,
     seed_groups,
     write_diagnostics,
@@ -71,7 +71,7 @@ def pooled_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for kind, values in after.items():
         paired = paired_summary(before, values)
         sd = statistics.stdev(r["arms"][kind]["paired_vs_before"]["delta"] for r in runs)
-        rows.append(_comparison(runs[0], kind, paired["n"], _mean_cell(before), _mean_cell(values), paired,
+        rows.append(_comparison(runs[0], kind, paired["n"], mean_cell(before), mean_cell(values), paired,
                                 seed=seeds, **{"seed sd of delta": f"{100 * sd:.1f}"}) | {"run": label})
     if {"proxy", "rebuilt"} <= set(after):
         paired = paired_summary(after["proxy"], after["rebuilt"])
@@ -79,11 +79,6 @@ def pooled_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append(_comparison(runs[0], "rebuilt - proxy", paired["n"], "", "", paired, seed=seeds,
                                 **{"seed sd of delta": f"{100 * sd:.1f}"}) | {"run": label})
     return rows
-
-
-def _mean_cell(values: dict[str, float]) -> str:
-    low, high = bootstrap_interval(list(values.values()))
-    return f"{_pct(statistics.fmean(values.values()))} [{_pct(low)}, {_pct(high)}]"
 
 
 def config_key(run: dict[str, Any]) -> tuple:
