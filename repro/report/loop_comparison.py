@@ -44,7 +44,7 @@ def _comparison(run: dict[str, Any], arm: str, n: int, before: str, after: str,
             "sign-flip p": f"{paired['sign_flip_p']:.3g}", **rest}
 
 
-def run_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+def arm_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per arm of one run, then the paired difference between the arms."""
     rows = []
     for kind, arm in run["arms"].items():
@@ -88,15 +88,10 @@ def config_key(run: dict[str, Any]) -> tuple:
             repr(sorted(trainer.items())), repr(sorted(run.get("samples", {}).items())))
 
 
-def arm_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The CSV rows of one run (its arms and their difference)."""
-    return run_rows(run)
-
-
 def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per configuration: each seed's rows, then the pooled rows."""
     return [r for group in seed_groups(runs, config_key)
-            for r in [*(r for run in group for r in run_rows(run)), *pooled_rows(group)]]
+            for r in [*(r for run in group for r in arm_rows(run)), *pooled_rows(group)]]
 
 
 def fidelity_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
