@@ -13,6 +13,7 @@ from repro.report.before_after import (
     _delta_cell,
     _mde_cell,
     _mean_over_seeds,
+    _pass_at_k_cell,
     _pass_cell,
     _pct,
     diagnostics_summary,
@@ -51,7 +52,9 @@ def arm_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
         paired, total = arm["paired_vs_before"], arm["compute"].get("total", {})
         weights = arm.get("weights_sha256")
         rows.append(_comparison(run, kind, paired["n"], _pass_cell(run["before"]), _pass_cell(arm["after"]),
-                                paired, **{"weights after": weights[:8] if weights else "-",
+                                paired, **{"pass@k before -> after": _pass_at_k_cell({"before": run["before"],
+                                                                                       "after": arm["after"]}),
+                                           "weights after": weights[:8] if weights else "-",
                                            "hours (wall)": _hours(arm["compute"]),
                                            "CPU core-h": f"{total.get('cpu_core_h', 0):.2f}"}))
     between = run.get("rebuilt_minus_proxy")
@@ -120,7 +123,8 @@ def comparison_markdown(runs: list[dict[str, Any]]) -> str:
     first = runs[-1]
     table = arms.to_markdown(index=False, disable_numparse=True)
     lines = ["## RL through the real harness vs the rebuilt loop", "", table, "",
-             f"Both arms: warm start `{first['warm_start']['key'][:8]}`, held-out tasks `{first['task_distribution']}`,"
+             f"Both arms of a run start from its seed's warm start ({_warm_starts(runs)}), held-out tasks "
+             f"`{first['task_distribution']}`,"
              f" train tasks `{first['train_tasks']}`, evaluation in the real harness, fingerprint "
              f"`{first['fingerprint'][:8]}`. Pass@1 = mean over k={first['before'].get('k', 1)} samples at "
              f"temperature {first.get('eval_temperature', '?')}; deltas are paired over instances in points (bootstrap "
@@ -135,6 +139,12 @@ def comparison_markdown(runs: list[dict[str, Any]]) -> str:
              "token for token; rebuilt drift: share of the rebuilt loop's prompts that differ from re-rendering its "
              "own messages; `⟦` marks the first differing token."]
     return "\n".join(lines) + "\n"
+
+
+def _warm_starts(runs: list[dict[str, Any]]) -> str:
+    """``seed 0: `6bbf7940`, seed 1: ...`` (each seed's warm start, once)."""
+    seen = {str(r.get("seed", "?")): r["warm_start"]["key"][:8] for r in runs}
+    return ", ".join(f"seed {seed}: `{key}`" for seed, key in seen.items())
 
 
 def arm_runs(run: dict[str, Any]) -> list[dict[str, Any]]:

@@ -35,9 +35,17 @@ def _wait_for_servers(proc: subprocess.Popen, timeout_s: float) -> list[psutil.P
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read()[-2000:]
         children = psutil.Process(proc.pid).children(recursive=True)
-        lines = [" ".join(c.cmdline()) for c in children if c.is_running()]
+        lines = [_cmdline(c) for c in children]
         if any("repro.serving.cpu_server" in x for x in lines) and any("repro.proxy" in x for x in lines):
             time.sleep(2)  # let the job get going (harness workers, rollouts)
             return psutil.Process(proc.pid).children(recursive=True)
         time.sleep(0.5)
     raise AssertionError("the run never started its model server and proxy")
+
+
+def _cmdline(process: psutil.Process) -> str:
+    """The process's command line; "" for one that exited (or became a zombie) since it was listed."""
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return ""

@@ -49,10 +49,20 @@ def test_seeds_pool_per_arm_and_for_the_difference(tmp_path: Path) -> None:
     assert "+20.0 [" in rebuilt and "| 0.0 " in rebuilt
     assert "rebuilt - proxy" in between and "+0.0 [" in between
     assert "RL diagnostics per arm" in text and "s0/proxy" in text
+    assert "seed 0: `00000000`, seed 1: `11111111`, seed 2: `22222222`" in text  # each seed's own warm start
     written = write_loop_comparison_tables(runs, tmp_path)
     assert {p.name for p in written} == {"loop_comparison.md", "loop_comparison.csv",
                                          "loop_comparison_diagnostics.md", "loop_comparison_diagnostics.csv"}
     assert len((tmp_path / "loop_comparison_diagnostics.csv").read_text().splitlines()) == 1 + 3 * 2 * 2
+
+
+def test_arm_rows_show_pass_at_k_before_and_after() -> None:
+    run = _run(0, 4, 8)
+    run["before"]["pass_at_k"] = {"1": 0.0, "4": 0.1}
+    run["arms"]["proxy"]["after"]["pass_at_k"] = {"1": 0.1, "4": 0.3}
+    run["arms"]["rebuilt"]["after"]["pass_at_k"] = {"1": 0.2, "4": 0.35}
+    text = comparison_markdown([run])
+    assert "@4: 10.0% -> 30.0%" in text and "@4: 10.0% -> 35.0%" in text
 
 
 def test_one_seed_has_no_pooled_rows() -> None:
