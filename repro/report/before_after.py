@@ -220,6 +220,41 @@ def diagnostics_summary(runs: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
+def _is_seed_or_name(override: str) -> bool:
+    return override.split("=", 1)[0].lstrip("+~") in ("experiment", "seed", "run.name")
+
+
+def changed(run: dict[str, Any]) -> list[str]:
+    """The run's command-line overrides other than the experiment, the seed and the run name (None: unknown)."""
+    return [o for o in run.get("overrides") or [] if not _is_seed_or_name(o)]
+
+
+def ablation_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each configuration against the default one (the runs whose only overrides are the experiment and seed):
+    Pass@1 after RL, both pooled over the seeds they share (per-instance means), paired over instances."""
+    groups = seed_groups([r for r in runs if "overrides" in r], config_key)
+    defaults = [g for g in groups if not changed(g[0])]
+    if not defaults:
+        return []
+    reference = {str(r.get("seed")): r for r in defaults[0]}
+    rows = []
+    for group in groups:
+        if group is defaults[0] or group[0]["fingerprint"] != defaults[0][0]["fingerprint"]:
+            continue
+        pairs = [(reference[str(r.get("seed"))], r) for r in group if str(r.get("seed")) in reference]
+        if not pairs:
+            continue
+        base = _mean_over_seeds([a["per_instance"]["after"] for a, _ in pairs])
+        other = _mean_over_seeds([b["per_instance"]["after"] for _, b in pairs])
+        paired = paired_summary(base, other)
+        rows.append({"configuration": " ".join(changed(group[0])),
+                     "seeds": ",".join(str(b.get("seed")) for _, b in pairs), "n": paired["n"],
+                     "Pass@1 after, default": mean_cell(base), "Pass@1 after, this": mean_cell(other),
+                     "this - default [95% CI]": _delta_cell(paired), "MDE": _mde_cell(paired),
+                     "sign-flip p": _p(paired["sign_flip_p"])})
+    return rows
+
+
 def probe_summary(runs: list[dict[str, Any]]) -> pd.DataFrame:
     """One line per run that probed its RL tasks: the outcome classes of the pool, what was kept, pass@k for
     k = 1..K of the warm start on the pool (the headroom sharpening can turn into Pass@1) and calls per probe."""
@@ -273,6 +308,10 @@ def run_markdown(runs: list[dict[str, Any]]) -> str:
     if seeds:
         lines += ["", f"Rebuild: `repro run -m experiment={first['experiment']} seed={','.join(seeds)}` (plus the "
                       "overrides in each run's `overrides.txt`), then `repro table`."]
+    ablations = ablation_rows(runs)
+    if ablations:
+        lines += ["", "### Against the default configuration (Pass@1 after RL, seeds paired, instances paired)", "",
+                  pd.DataFrame(ablations).to_markdown(index=False, disable_numparse=True)]
     probes = probe_summary(runs)
     if len(probes):
         lines += ["", "### RL task filter: the warm start's probes of the RL pool (pass@k in %)", "",

@@ -15,6 +15,7 @@ from repro.report.before_after import (
     _mean_over_seeds,
     _pass_cell,
     _pct,
+    calls_summary,
     diagnostics_summary,
     mean_cell,
     run_name,
@@ -51,7 +52,9 @@ def arm_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
         paired, total = arm["paired_vs_before"], arm["compute"].get("total", {})
         weights = arm.get("weights_sha256")
         rows.append(_comparison(run, kind, paired["n"], _pass_cell(run["before"]), _pass_cell(arm["after"]),
-                                paired, **{"weights after": weights[:8] if weights else "-",
+                                paired, **{"calls per rollout after": calls_summary(arm["after"].get(
+                                                "calls_histogram") or {}),
+                                           "weights after": weights[:8] if weights else "-",
                                            "hours (wall)": _hours(arm["compute"]),
                                            "CPU core-h": f"{total.get('cpu_core_h', 0):.2f}"}))
     between = run.get("rebuilt_minus_proxy")

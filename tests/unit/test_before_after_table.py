@@ -94,3 +94,21 @@ def test_calls_per_rollout_and_the_probe_are_reported() -> None:
     assert "RL task filter" in text
     del run["probe"]
     assert "RL task filter" not in run_markdown([run])
+
+
+def test_an_ablation_is_compared_with_the_default_over_shared_seeds() -> None:
+    defaults = [_seeded(s, 8) for s in (0, 1, 2)]
+    fragment = [_seeded(s, 4) for s in (0, 1)]
+    for run in defaults:
+        run["overrides"] = ["experiment=mini_repro", f"seed={run['seed']}"]
+    for run in fragment:
+        run["overrides"] = ["experiment=mini_repro", f"seed={run['seed']}", "trainer.weighting=fragment"]
+        run["samples"] = {**run["samples"], "weighting": "fragment"}
+    text = run_markdown([*defaults, *fragment])
+    (line,) = [x for x in text.splitlines() if x.startswith("| trainer.weighting=fragment")]
+    # seeds 0 and 1 only; the default solves instances 0-7 after RL, the ablation 0-3: 4 of 40 fewer
+    assert "| 0,1 " in line and "20.0% [" in line and "10.0% [" in line and "-10.0 [" in line
+    assert "Against the default configuration" in text
+    for run in defaults:
+        run["overrides"].append("rl.steps=3")  # no default configuration among the runs: no comparison
+    assert "Against the default" not in run_markdown([*defaults, *fragment])
