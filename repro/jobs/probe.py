@@ -73,10 +73,10 @@ def filter_rl_tasks(run_dir: Path, candidates: list[Task], cfg: TaskFilterConfig
     else:
         started = time.monotonic()
         print(f"phase probe: {len(candidates)} RL tasks x k={cfg.k} with the warm start "
-              f"({expected('eval_sample', len(candidates) * cfg.k)})", flush=True)
+              f"({expected('probe_sample', len(candidates) * cfg.k)})", flush=True)
         probes = run_probes(run_dir / "probe", run_dir / "traces.sqlite", candidates, cfg, sampling, stack, agent, box,
                             grades)
-        record_rate("eval_sample", len(candidates) * cfg.k, time.monotonic() - started)
+        record_rate("probe_sample", len(candidates) * cfg.k, time.monotonic() - started)
         cached.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(cached, json.dumps(probes, sort_keys=True))
         reused = False
