@@ -82,6 +82,11 @@ def _summary_fields(summary: Summary, config: MetricsConfig) -> dict[str, Any]:
     }
 
 
+def calls_histogram(calls: Iterable[int]) -> dict[str, int]:
+    """Rollouts by their number of model calls (``{"1": n, "3": m, ...}``, in call order)."""
+    return {str(n): c for n, c in sorted(Counter(calls).items())}
+
+
 def eval_metrics(reports: Iterable[InstanceReport], spec: EvalSpec, experiment: str, model: str, *,
                  table: str | None = None, cost: Cost | None = None, started_at: float = 0.0,
                  durations_s: dict[str, float] | None = None, config: MetricsConfig | None = None,
@@ -98,6 +103,7 @@ def eval_metrics(reports: Iterable[InstanceReport], spec: EvalSpec, experiment: 
         "task_distribution": spec.tasks.name, "k": spec.k, "n_samples": len(reports),
         **_summary_fields(summary, config),
         "counts": _counts(reports), "infra_failures": _infra_list(reports),
+        "calls_histogram": calls_histogram(r.n_calls for r in reports),
         "complete": not missing, "missing_samples": missing,
         "cost": (cost or Cost()).to_dict(), "metrics_config": asdict(config),
         "started_at": started_at, "finished_at": time.time(), "durations_s": dict(durations_s or {}),

@@ -6,6 +6,11 @@ unique in the file), where OLD / NEW are the buggy / fixed line of the task's go
 indentation. It answers in vLLM's dialect through the same app as the model (prompt and completion token ids
 from the served tokenizer, logprobs 0.0), so the proxy records expert demonstrations like any rollout.
 
+On a ``locate`` task (its statement names the faulty line by its first words only) the expert takes three calls:
+``grep -nF 'PREFIX' FILE`` (look the line up), ``sed -i 'Ns|OLD|NEW|' FILE`` (edit it by number), then
+``python -c 'from m import f; assert CALL == EXPECTED' && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (check the
+statement's example and submit); a prompt that already holds a step's command gets the next one.
+
 A request's task is found by its problem statement, which the harness quotes verbatim: each task is indexed by
 the statement line (after the first) that the fewest tasks share; a hit is confirmed when the whole statement
 is in the decoded prompt. An unknown prompt, a task whose fix is not one changed line, and a prompt that
@@ -91,18 +96,32 @@ def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
 
-def sed_command(fix: LineFix, file_text: str | None) -> str:
-    """The expert's command; the line is addressed by number when ``old`` is not unique in ``file_text`` (or the
-    file is unknown)."""
+def sed_command(fix: LineFix, file_text: str | None, by_number: bool = False, submit: bool = True) -> str:
+    """The expert's edit; the line is addressed by number when ``by_number`` or ``old`` is not unique in
+    ``file_text`` (or the file is unknown); ``submit``: chain the submit command."""
     old, new = fix.old, fix.new
     indent = _indent(old)
     if indent and new.startswith(indent):
         old, new = old[len(indent) :], new[len(indent) :]
     lines = file_text.splitlines() if file_text is not None else None
     unique = lines is not None and sum(old in line for line in lines) == 1
-    address = "" if unique else str(fix.lineno)
+    address = str(fix.lineno) if by_number or not unique else ""
     script = f"{address}s|{escape_bre(old)}|{escape_replacement(new)}|"
-    return f"sed -i {shlex.quote(script)} {shlex.quote(command_path(fix.path))}{SUBMIT_SUFFIX}"
+    suffix = SUBMIT_SUFFIX if submit else ""
+    return f"sed -i {shlex.quote(script)} {shlex.quote(command_path(fix.path))}{suffix}"
+
+
+def locate_commands(fix: LineFix, file_text: str | None, prefix: str, check: str | None) -> list[str]:
+    """Look the line up by ``prefix``, edit it by number, then run ``check`` (Python) and submit (without a check,
+    the edit submits)."""
+    look = f"grep -nF {shlex.quote(prefix)} {shlex.quote(command_path(fix.path))}"
+    if check is None:
+        return [look, sed_command(fix, file_text, by_number=True)]
+    edit = sed_command(fix, file_text, by_number=True, submit=False)
+    return [look, edit, f"python -c {shlex.quote(check)}{SUBMIT_SUFFIX}"]
+
+
+_PREFIX = re.compile(r"on the line that starts with `([^`\n]+)`")
 
 
 def command_path(path: str) -> str:
@@ -153,15 +172,19 @@ def buggy_files(pairs: Iterable[tuple[Task, str]]) -> dict[tuple[str, str], str 
     return texts
 
 
-def _command(fix: LineFix | None, file_text: str | None) -> str:
-    """The scripted command for one task: the plain submit when there is no one-line fix, or when the file at
-    the base commit does not hold the patch's line (an inconsistent task)."""
+def procedure(task: Task, fix: LineFix | None, file_text: str | None) -> list[str]:
+    """The scripted commands for one task, in order: the plain submit when there is no one-line fix, or when the
+    file at the base commit does not hold the patch's line (an inconsistent task); the three ``locate`` calls
+    when the statement names the line by its first words; else the one edit-and-submit."""
     if fix is None:
-        return SUBMIT_COMMAND
+        return [SUBMIT_COMMAND]
     lines = file_text.splitlines() if file_text is not None else None
     if lines is not None and (len(lines) < fix.lineno or lines[fix.lineno - 1] != fix.old):
-        return SUBMIT_COMMAND
-    return sed_command(fix, file_text)
+        return [SUBMIT_COMMAND]
+    prefix = _PREFIX.search(task.problem_statement) if task.difficulty == "locate" else None
+    if prefix is not None:
+        return locate_commands(fix, file_text, prefix[1], task.extra.get("check"))
+    return [sed_command(fix, file_text)]
 
 
 def slipped(instance_id: str, rate: float, seed: int = 0) -> bool:
@@ -195,12 +218,14 @@ class ExpertScript:
         fixes = [single_line_fix(t.patch) for t in tasks]
         files = buggy_files((t, fix.path) for t, fix in zip(tasks, fixes, strict=True) if fix)
         self.statements = [t.problem_statement for t in tasks]
-        self.commands = [_command(fix, files.get((t.base_commit, fix.path)) if fix else None)
-                         for t, fix in zip(tasks, fixes, strict=True)]
-        self.commands = [slip(c) if _may_slip(t, slip_operators) and slipped(t.instance_id, slip_rate, slip_seed)
-                         else c for t, c in zip(tasks, self.commands, strict=True)]
-        self.n_scripted = sum(c != SUBMIT_COMMAND for c in self.commands)
-        inconsistent = sum(fix is not None and c == SUBMIT_COMMAND for fix, c in zip(fixes, self.commands, strict=True))
+        procedures = [procedure(t, fix, files.get((t.base_commit, fix.path)) if fix else None)
+                      for t, fix in zip(tasks, fixes, strict=True)]
+        self.procedures = [[slip(c) for c in p] if _may_slip(t, slip_operators)
+                           and slipped(t.instance_id, slip_rate, slip_seed) else p
+                           for t, p in zip(tasks, procedures, strict=True)]
+        self.n_scripted = sum(p != [SUBMIT_COMMAND] for p in self.procedures)
+        inconsistent = sum(fix is not None and p == [SUBMIT_COMMAND]
+                           for fix, p in zip(fixes, self.procedures, strict=True))
         if inconsistent:
             log.warning("expert: %d task(s) whose base commit does not hold their gold patch's line get the plain "
                         "submit", inconsistent)
@@ -230,13 +255,19 @@ class ExpertScript:
                 return i
         return None
 
+    @property
+    def commands(self) -> list[str]:
+        """Each task's first scripted command."""
+        return [p[0] for p in self.procedures]
+
     def command(self, prompt: str) -> str:
-        """The command to answer ``prompt`` with (the plain submit once the fix was already issued)."""
+        """The command to answer ``prompt`` with: the task's first scripted command the prompt does not hold yet
+        (the plain submit once all were issued)."""
         i = self.find(prompt)
         if i is None:
             return SUBMIT_COMMAND
-        command = self.commands[i]
-        return SUBMIT_COMMAND if json.dumps(command, ensure_ascii=False)[1:-1] in prompt else command
+        issued = (c for c in self.procedures[i] if json.dumps(c, ensure_ascii=False)[1:-1] not in prompt)
+        return next(issued, SUBMIT_COMMAND)
 
     def completion(self, prompt: str) -> str:
         """The completion text for a decoded prompt: :meth:`command` as one ``bash`` tool call."""

@@ -20,6 +20,7 @@ from typing import Any
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig
 from harness_adapters.registry import get_harness
 from repro.evaluation import eval_metrics, write_metrics
+from repro.evaluation.habits import slip_share
 from repro.evaluation.paired import paired_summary
 from repro.jobs.evaluate import EvalConfig
 from repro.jobs.mini_repro import paired_tests, per_instance
@@ -38,6 +39,7 @@ from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tinymodel.model import TinyModelConfig
 from repro.train.config import RlConfig
+from repro.train.task_filter import TaskFilterConfig
 
 
 @dataclass
@@ -57,16 +59,19 @@ def loop_comparison_job(model: TinyModelConfig, serving: CpuServingConfig, proxy
                         sandbox: LocalSandboxConfig, eval: EvalConfig, warm_start: WarmStartConfig,
                         rl: RlPhaseConfig, trainer: RlConfig, samples: SampleConfig, run_dir: Path,
                         fidelity: FidelityConfig, loops: tuple[str, ...] = ("proxy", "rebuilt"),
-                        harness_workers: int = 2, loop: Any = None) -> dict[str, Any]:
+                        harness_workers: int = 2, loop: Any = None,
+                        rl_filter: TaskFilterConfig | None = None) -> dict[str, Any]:
     """Run both arms and the fidelity replays; returns (and writes) the metrics (kind ``loop_comparison``).
-    ``loop`` is mini_repro's single-arm setting, inherited by the config and unused: ``loops`` names the arms."""
+    ``loop`` is mini_repro's single-arm setting, inherited by the config and unused: ``loops`` names the arms.
+    ``rl_filter``: the probe step before RL (both arms keep the same tasks: one probe, cached)."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
     run_dir, started = Path(run_dir), time.time()
     cfg = MiniatureConfig(model, serving, proxy, harness, harness_name, train_tasks, tasks, sandbox, eval, warm_start,
                           harness_workers)
     with prepared_miniature(cfg, run_dir) as mini:
         before = mini.evaluate_start()
-        arms = {kind: run_arm(mini, run_dir / kind, ArmConfig(LoopConfig(kind), rl, trainer, samples),
+        task_filter = rl_filter or TaskFilterConfig()
+        arms = {kind: run_arm(mini, run_dir / kind, ArmConfig(LoopConfig(kind), rl, trainer, samples, task_filter),
                               f"rl-{kind}-{run_dir.name}") for kind in loops}
         print("phase fidelity: recorded real-harness rollouts replayed through the rebuilt loop", flush=True)
         with mini.acct.phase("fidelity"):
@@ -158,16 +163,20 @@ def _metrics(mini: Miniature, before: list[Any], arms: dict[str, Any], fid: dict
         out_arms[kind] = {
             "after": eval_metrics(arm["after"], spec, ev.experiment, f"rl-{kind}"),
             "paired_vs_before": paired_tests(before, arm["after"]),
+            "habits_after": slip_share(arm["dir"] / "traces.sqlite", arm["after"], mini.operators),
             "per_instance": per_instance(arm["after"]),
             "history": arm["history"], "diagnostics": [h["diagnostics"] for h in arm["history"]],
             "weights_sha256": arm["weights_sha256"], "compute": arm["compute"], "wall_s": arm["wall_s"],
+            "probe": arm["probe"],
         }
     between = _between(arms) if {"proxy", "rebuilt"} <= set(arms) else None
     return {
         "kind": "loop_comparison", "experiment": ev.experiment, "table": ev.experiment, "run_dir": str(mini.run_dir),
         "fingerprint": spec.fingerprint(), "eval_temperature": ev.temperature, "task_distribution": spec.tasks.name,
         "train_tasks": mini.train_name, "before": eval_metrics(before, spec, ev.experiment, mini.warm_label),
-        "per_instance_before": per_instance(before), "weights_sha256_before": warm["weights_sha256"],
+        "per_instance_before": per_instance(before),
+        "habits_before": slip_share(mini.run_dir / "traces.sqlite", before, mini.operators),
+        "weights_sha256_before": warm["weights_sha256"],
         "arms": out_arms, "rebuilt_minus_proxy": between, "fidelity": fid, "warm_start": warm, "seed": rl.seed,
         "platform": prompt_platform(),
         "rl": asdict(rl), "trainer": asdict(trainer), "samples": {"mode": samples.mode, "weighting": trainer.weighting},

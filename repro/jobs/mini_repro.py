@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.evaluation import eval_metrics, write_metrics
+from repro.evaluation.habits import slip_share
 from repro.evaluation.paired import mcnemar_exact, paired_summary
 from repro.jobs.evaluate import EvalConfig
 from repro.jobs.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature, run_arm
@@ -31,6 +32,7 @@ from repro.sandbox.local import LocalSandboxConfig
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tinymodel.model import TinyModelConfig
 from repro.train.config import RlConfig
+from repro.train.task_filter import TaskFilterConfig
 
 
 def per_instance(reports: list[Any]) -> dict[str, float]:
@@ -56,15 +58,16 @@ def mini_repro_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Pro
                    harness_name: str, train_tasks: TaskDistributionConfig, tasks: TaskDistributionConfig,
                    sandbox: LocalSandboxConfig, eval: EvalConfig, warm_start: WarmStartConfig, rl: RlPhaseConfig,
                    trainer: RlConfig, samples: SampleConfig, run_dir: Path, harness_workers: int = 2,
-                   loop: LoopConfig | None = None) -> dict[str, Any]:
+                   loop: LoopConfig | None = None, rl_filter: TaskFilterConfig | None = None) -> dict[str, Any]:
     """Run the whole miniature; returns (and writes) its metrics. ``harness_workers``: long-lived harness
     processes sharing the rollouts (rollout throughput is bound by one process's GIL otherwise); ``loop``: who
-    runs the RL rollouts (default: the real harness through the proxy)."""
+    runs the RL rollouts (default: the real harness through the proxy); ``rl_filter``: the probe step that picks
+    the RL tasks (off by default)."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
     run_dir, started = Path(run_dir), time.time()
     cfg = MiniatureConfig(model, serving, proxy, harness, harness_name, train_tasks, tasks, sandbox, eval, warm_start,
                           harness_workers)
-    arm = ArmConfig(loop or LoopConfig(), rl, trainer, samples)
+    arm = ArmConfig(loop or LoopConfig(), rl, trainer, samples, rl_filter or TaskFilterConfig())
     with prepared_miniature(cfg, run_dir) as mini:
         before = mini.evaluate_start()
         result = run_arm(mini, run_dir, arm, f"rl-{run_dir.name}", mini.acct)
@@ -85,9 +88,11 @@ def before_after_metrics(mini: Miniature, before: list[Any], result: dict[str, A
         "before": eval_metrics(before, spec, ev.experiment, mini.warm_label),
         "after": eval_metrics(result["after"], spec, ev.experiment, f"rl-{run_dir.name}"),
         "paired": paired_tests(before, result["after"]),
+        "habits": {"before": slip_share(run_dir / "traces.sqlite", before, mini.operators),
+                   "after": slip_share(result["dir"] / "traces.sqlite", result["after"], mini.operators)},
         "per_instance": {"before": per_instance(before), "after": per_instance(result["after"])},
         "weights_sha256": {"before": warm["weights_sha256"], "after": result["weights_sha256"]},
-        "warm_start": warm, "rl": {"config": asdict(arm.rl), "history": result["history"]},
+        "warm_start": warm, "rl": {"config": asdict(arm.rl), "history": result["history"]}, "probe": result["probe"],
         "diagnostics": [h["diagnostics"] for h in result["history"]],
         "trainer": asdict(arm.trainer), "samples": {"mode": arm.samples.mode, "weighting": arm.trainer.weighting},
         "loop": result["loop"], "seed": arm.rl.seed, "platform": prompt_platform(),

@@ -23,6 +23,7 @@ from repro.evaluation import InstanceReport
 from repro.evaluation.spec import EvalSpec
 from repro.files import weights_sha256
 from repro.jobs.evaluate import EvalConfig, build_spec, load_task_set, refuse_if_all_infra, run_frozen_eval
+from repro.jobs.probe import filter_rl_tasks
 from repro.jobs.rl_loop import RlLoop, RlPhaseConfig
 from repro.jobs.rollouts import GradeCache
 from repro.jobs.stack import CpuServingConfig, running_stack
@@ -39,6 +40,7 @@ from repro.tinymodel.model import TinyModelConfig
 from repro.tinymodel.recipe import build_recipe_model
 from repro.train.config import RlConfig
 from repro.train.rl import PolicyTrainer
+from repro.train.task_filter import TaskFilterConfig
 
 
 @dataclass
@@ -74,6 +76,11 @@ class Miniature:
     warm: dict[str, Any]
     spec: EvalSpec
     grades: GradeCache = field(default_factory=GradeCache)
+
+    @property
+    def operators(self) -> dict[str, str]:
+        """Instance id -> mutation operator of the held-out tasks (habits are counted per operator)."""
+        return {t.instance_id: t.operator for t in self.test_list}
 
     @property
     def warm_label(self) -> str:
@@ -146,12 +153,26 @@ def _warm_start(run_dir: Path, base_model: Path, demo_tasks: list[Task], cfg: Mi
 
 @dataclass
 class ArmConfig:
-    """One arm: who runs the RL rollouts, the RL schedule, the trainer and the sample builder."""
+    """One arm: who runs the RL rollouts, the RL schedule, the trainer, the sample builder and the task filter."""
 
     loop: LoopConfig
     rl: RlPhaseConfig
     trainer: RlConfig
     samples: SampleConfig
+    task_filter: TaskFilterConfig = field(default_factory=TaskFilterConfig)
+
+
+def rl_task_pool(mini: Miniature, arm: ArmConfig, stack: Any, acct: Accountant, arm_dir: Path
+                 ) -> tuple[list[Task], dict[str, Any] | None]:
+    """The tasks RL draws from: every RL task, or (``task_filter.enabled``) those the probe step kept."""
+    flt = arm.task_filter
+    if not flt.enabled:
+        return mini.rl_tasks, None
+    candidates = mini.rl_tasks[: flt.pool] if flt.pool > 0 else mini.rl_tasks
+    sampling = {"temperature": arm.rl.temperature, "top_p": arm.rl.top_p, "max_tokens": arm.rl.max_tokens}
+    with acct.phase("probe"):
+        return filter_rl_tasks(arm_dir, candidates, flt, sampling, mini.warm_dir, stack, mini.agent, mini.box,
+                               mini.grades)
 
 
 def run_arm(mini: Miniature, arm_dir: Path, arm: ArmConfig, label: str,
@@ -171,10 +192,10 @@ def run_arm(mini: Miniature, arm_dir: Path, arm: ArmConfig, label: str,
         trainer = PolicyTrainer(policy, arm.trainer)
         sample_cfg = SampleConfig(**{**asdict(arm.samples), "weighting": arm.trainer.weighting,
                                      "include_modes": ("train",)})
+        rl_tasks, probe = rl_task_pool(mini, arm, stack, acct, arm_dir)
         rl_started = time.monotonic()
         with rl_harness(arm.loop, mini.agent, policy) as rl_agent:
-            history = RlLoop(arm_dir, rl, trainer, sample_cfg, stack, rl_agent, mini.box, policy).run(mini.rl_tasks,
-                                                                                                     acct)
+            history = RlLoop(arm_dir, rl, trainer, sample_cfg, stack, rl_agent, mini.box, policy).run(rl_tasks, acct)
         record_rate(kind, rollouts, time.monotonic() - rl_started)
         samples = len(mini.test_list) * cfg.eval.k
         print(f"phase eval_after ({arm.loop.kind} loop): {len(mini.test_list)} tasks x k={cfg.eval.k} "
@@ -183,5 +204,5 @@ def run_arm(mini: Miniature, arm_dir: Path, arm: ArmConfig, label: str,
             after, _ = run_frozen_eval(arm_dir / "eval_after", arm_dir / "traces.sqlite", mini.spec, cfg.eval,
                                        mini.test_list, stack, mini.agent, mini.box, label, mini.grades)
     refuse_if_all_infra(after, arm_dir / "eval_after")
-    return {"loop": arm.loop.kind, "after": after, "history": history, "compute": acct.to_dict(),
+    return {"loop": arm.loop.kind, "after": after, "history": history, "probe": probe, "compute": acct.to_dict(),
             "wall_s": time.time() - started, "dir": arm_dir, "weights_sha256": weights_sha256(policy)}

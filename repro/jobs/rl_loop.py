@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from repro.evaluation.summary import calls_histogram
 from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
 from repro.jobs.stack import Stack
 from repro.samples import SampleConfig, build_rows
@@ -93,6 +94,7 @@ def step_diagnostics(record: dict[str, Any]) -> dict[str, Any]:
         "clip_fraction": sum(u["clip_fraction"] for u in later) / len(later) if later else 0.0,
         "entropy": first.get("entropy", 0.0),
         "calls_per_rollout": record["calls"] / record["rollouts"] if record["rollouts"] else 0.0,
+        "calls_histogram": record.get("calls_histogram", {}),
         "log_ratio_first_max": first.get("log_ratio_abs_max", 0.0),
         "log_ratio_max": max((u["log_ratio_abs_max"] for u in updates), default=0.0),
         "rows": record["update"]["rows"], "rows_trained": record["update"]["rows_trained"],
@@ -145,7 +147,7 @@ class RlLoop:
             sync_s = push_weights(self.stack.server_url, self.policy_dir)
         record = {"step": step, **group_stats(reports), "samples": samples.stats(), "update": update,
                   "rollout_s": rollout_s, "sync_s": sync_s, "grade_cache_hits": self.grade_cache.hits,
-                  "calls": n_calls}
+                  "calls": n_calls, "calls_histogram": calls_histogram([r.n_calls for r in reports])}
         record["diagnostics"] = step_diagnostics(record)
         (self.run_dir / "rl").mkdir(parents=True, exist_ok=True)
         with (self.run_dir / "rl" / "diagnostics.jsonl").open("a") as out:

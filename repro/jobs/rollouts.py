@@ -42,7 +42,7 @@ NOT_GRADED = GradeResult("unresolved", "not graded (demonstration)")
 class RolloutOptions:
     """How one phase runs its samples."""
 
-    mode: str = "eval"  # proxy rollout mode: eval | train | demo
+    mode: str = "eval"  # proxy rollout mode: eval | train | demo | probe
     k: int = 1  # samples per task
     sampling: dict[str, Any] = field(default_factory=dict)  # forced on every call of the rollout
     seed_of: Callable[[str, int], int | None] | None = None  # (instance id, sample) -> seed (None: unseeded)

@@ -21,7 +21,8 @@ class RolloutState:
     next_seq: int
 
 
-ROLLOUT_MODES = ("train", "eval", "demo")  # demo: a scripted expert's demonstration (warm-start data)
+# demo: a scripted expert's demonstration (warm-start data); probe: the warm start probing RL tasks (the task filter)
+ROLLOUT_MODES = ("train", "eval", "demo", "probe")
 
 
 def rollout_overrides(record: RolloutRecord, by_mode: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -70,6 +70,38 @@ def _pass_at_k_cell(run: dict[str, Any]) -> str:
     return f"@{k}: {_pct(before[k])} -> {_pct(after[k])}"
 
 
+def calls_summary(histogram: dict[str, int]) -> str:
+    """``2.96 (>=3: 97%)``: mean model calls per rollout and the share with three or more."""
+    total = sum(histogram.values())
+    if not total:
+        return "-"
+    mean = sum(int(n) * c for n, c in histogram.items()) / total
+    multi = sum(c for n, c in histogram.items() if int(n) >= 3) / total
+    return f"{mean:.2f} (>=3: {multi:.0%})"
+
+
+def merged_histogram(histograms: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for histogram in histograms:
+        for n, c in histogram.items():
+            out[n] = out.get(n, 0) + c
+    return dict(sorted(out.items(), key=lambda item: int(item[0])))
+
+
+def _calls_cell(run: dict[str, Any]) -> str:
+    """Calls per rollout of the held-out samples, before -> after."""
+    before, after = run["before"].get("calls_histogram"), run["after"].get("calls_histogram")
+    return f"{calls_summary(before)} -> {calls_summary(after)}" if before and after else "-"
+
+
+def _habit_cell(run: dict[str, Any]) -> str:
+    """Held-out samples with a slipped edit (``sed -n``), before -> after."""
+    habits = run.get("habits") or {}
+    if not habits:
+        return "-"
+    return f"{_pct(habits['before']['share'])} -> {_pct(habits['after']['share'])}"
+
+
 def _weights_cell(run: dict[str, Any]) -> str:
     weights = run.get("weights_sha256") or {}
     return f"{weights['before'][:8]} -> {weights['after'][:8]}" if weights else "-"
@@ -96,7 +128,8 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
         "loop": run.get("loop", "proxy"), "weighting": run["samples"]["weighting"],
         "samples": run["samples"]["mode"], "RL": _rl_cell(run),
         "n": paired["n"], "Pass@1 before": _pass_cell(run["before"]), "Pass@1 after": _pass_cell(run["after"]),
-        "pass@k before -> after": _pass_at_k_cell(run),
+        "pass@k before -> after": _pass_at_k_cell(run), "calls per rollout before -> after": _calls_cell(run),
+        "slipped edits before -> after": _habit_cell(run),
         "delta [95% CI]": _delta_cell(paired), "MDE": _mde_cell(paired),
         "sign-flip p": _p(paired.get("sign_flip_p")), "McNemar p (sample 0)": _p(paired.get("mcnemar_p")),
         "weights before -> after": _weights_cell(run),
@@ -181,10 +214,76 @@ def diagnostics_summary(runs: list[dict[str, Any]]) -> pd.DataFrame:
             "mixed groups": f"{statistics.fmean(s['mixed_group_share'] for s in steps):.0%}",
             "clip fraction": f"{statistics.fmean(s['clip_fraction'] for s in steps):.2%}",
             "entropy first -> last": f"{steps[0]['entropy']:.3f} -> {steps[-1]['entropy']:.3f}",
-            "calls per rollout": f"{statistics.fmean(s['calls_per_rollout'] for s in steps):.2f}",
+            "calls per rollout": _rl_calls(steps),
             "max first-update abs log ratio": f"{max(s['log_ratio_first_max'] for s in steps):.1e}",
         })
     return pd.DataFrame(lines)
+
+
+def _is_seed_or_name(override: str) -> bool:
+    return override.split("=", 1)[0].lstrip("+~") in ("experiment", "seed", "run.name")
+
+
+def changed(run: dict[str, Any]) -> list[str]:
+    """The run's command-line overrides other than the experiment, the seed and the run name (None: unknown)."""
+    return [o for o in run.get("overrides") or [] if not _is_seed_or_name(o)]
+
+
+def ablation_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each configuration against the default one (the runs whose only overrides are the experiment and seed):
+    Pass@1 after RL, both pooled over the seeds they share (per-instance means), paired over instances."""
+    groups = seed_groups([r for r in runs if "overrides" in r], config_key)
+    defaults = [g for g in groups if not changed(g[0])]
+    if not defaults:
+        return []
+    reference = {str(r.get("seed")): r for r in defaults[0]}
+    rows = []
+    for group in groups:
+        if group is defaults[0] or group[0]["fingerprint"] != defaults[0][0]["fingerprint"]:
+            continue
+        pairs = [(reference[str(r.get("seed"))], r) for r in group if str(r.get("seed")) in reference]
+        if not pairs:
+            continue
+        base = _mean_over_seeds([a["per_instance"]["after"] for a, _ in pairs])
+        other = _mean_over_seeds([b["per_instance"]["after"] for _, b in pairs])
+        paired = paired_summary(base, other)
+        rows.append({"configuration": " ".join(changed(group[0])),
+                     "seeds": ",".join(str(b.get("seed")) for _, b in pairs), "n": paired["n"],
+                     "Pass@1 after, default": mean_cell(base), "Pass@1 after, this": mean_cell(other),
+                     "this - default [95% CI]": _delta_cell(paired), "MDE": _mde_cell(paired),
+                     "sign-flip p": _p(paired["sign_flip_p"])})
+    return rows
+
+
+def probe_summary(runs: list[dict[str, Any]]) -> pd.DataFrame:
+    """One line per run that probed its RL tasks: the outcome classes of the pool, what was kept, pass@k for
+    k = 1..K of the warm start on the pool (the headroom sharpening can turn into Pass@1) and calls per probe."""
+    lines = []
+    for run in runs:
+        probe = run.get("probe")
+        if not probe:
+            continue
+        counts, curve = probe["counts"], probe["pass_at_k"]
+        lines.append({
+            "run": run.get("name") or run_name(run.get("run_dir", "")), "seed": run.get("seed", ""),
+            "pool x k": f"{counts['mixed'] + counts['all_fail'] + counts['all_pass']} x {probe['config']['k']}",
+            "mixed / all-fail / all-pass": f"{counts['mixed']} / {counts['all_fail']} / {counts['all_pass']}",
+            "kept (all-fail)": f"{counts['kept']} ({counts['kept_all_fail']})",
+            "pass@k, k = 1..K": " ".join(f"{100 * curve[k]:.0f}" for k in sorted(curve, key=int)),
+            "calls per probe": calls_summary(probe.get("calls_per_rollout") or {}),
+            "reused": "yes" if probe.get("reused") else "no",
+        })
+    return pd.DataFrame(lines)
+
+
+def _rl_calls(steps: list[dict[str, Any]]) -> str:
+    """Calls per RL rollout over all steps, with the distribution when the steps recorded it."""
+    histogram = merged_histogram([s.get("calls_histogram") or {} for s in steps])
+    if not histogram:
+        return f"{statistics.fmean(s['calls_per_rollout'] for s in steps):.2f}"
+    total = sum(histogram.values())
+    shares = ", ".join(f"{n}: {c / total:.0%}" for n, c in histogram.items())
+    return f"{calls_summary(histogram)}; {shares}"
 
 
 def run_markdown(runs: list[dict[str, Any]]) -> str:
@@ -209,6 +308,14 @@ def run_markdown(runs: list[dict[str, Any]]) -> str:
     if seeds:
         lines += ["", f"Rebuild: `repro run -m experiment={first['experiment']} seed={','.join(seeds)}` (plus the "
                       "overrides in each run's `overrides.txt`), then `repro table`."]
+    ablations = ablation_rows(runs)
+    if ablations:
+        lines += ["", "### Against the default configuration (Pass@1 after RL, seeds paired, instances paired)", "",
+                  pd.DataFrame(ablations).to_markdown(index=False, disable_numparse=True)]
+    probes = probe_summary(runs)
+    if len(probes):
+        lines += ["", "### RL task filter: the warm start's probes of the RL pool (pass@k in %)", "",
+                  probes.to_markdown(index=False, disable_numparse=True)]
     summary = diagnostics_summary(runs)
     if len(summary):
         lines += ["", "### RL diagnostics per run (every step in the companion `_diagnostics` files)", "",

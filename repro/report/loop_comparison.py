@@ -16,6 +16,7 @@ from repro.report.before_after import (
     _pass_at_k_cell,
     _pass_cell,
     _pct,
+    calls_summary,
     diagnostics_summary,
     mean_cell,
     run_name,
@@ -54,6 +55,8 @@ def arm_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(_comparison(run, kind, paired["n"], _pass_cell(run["before"]), _pass_cell(arm["after"]),
                                 paired, **{"pass@k before -> after": _pass_at_k_cell({"before": run["before"],
                                                                                        "after": arm["after"]}),
+                                           "calls per rollout after": calls_summary(
+                                               arm["after"].get("calls_histogram") or {}),
                                            "weights after": weights[:8] if weights else "-",
                                            "hours (wall)": _hours(arm["compute"]),
                                            "CPU core-h": f"{total.get('cpu_core_h', 0):.2f}"}))

@@ -83,6 +83,9 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for path, metrics in find_metrics(outputs):
         metrics["run_dir"] = repo_relative(metrics.get("run_dir") or str(path.parent))
+        overrides = path.parent / "overrides.txt"
+        if overrides.exists():
+            metrics["overrides"] = [line for line in overrides.read_text().splitlines() if line.strip()]
         by_kind.setdefault(metrics.get("kind", "unknown"), []).append(metrics)
     written = []
     results.mkdir(parents=True, exist_ok=True)

@@ -70,7 +70,7 @@ class RolloutRecord:
     loop_kind: str = "proxy"  # "proxy" (real harness) or "rebuilt" (trainer-owned loop)
     harness: str = ""
     harness_version: str = ""
-    mode: str = "eval"  # "train", "eval" or "demo": selects the proxy's sampling overrides
+    mode: str = "eval"  # "train", "eval", "demo" or "probe": selects the proxy's sampling overrides
     status: str = "pending"
     reward: float | None = None
     failure_reason: str | None = None

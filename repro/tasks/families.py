@@ -25,7 +25,7 @@ from repro.tasks.procedural import (
     symptom,
     verdict,
 )
-from repro.tasks.statements import DIFFICULTIES, MIXED_CHOICES, make_statement
+from repro.tasks.statements import DIFFICULTIES, LOCATE, MIXED_CHOICES, make_statement
 
 PROCEDURAL = "procedural"
 MAX_BARREN_MODULES = 200  # procedural modules in a row without a usable mutant before giving up
@@ -53,7 +53,7 @@ class Draft:
 
     @property
     def instance_id(self) -> str:
-        tag = {"one_step": "1s", "one_step_brief": "1b"}.get(self.difficulty, "ms")
+        tag = {"one_step": "1s", "one_step_brief": "1b", "locate": "lc"}.get(self.difficulty, "ms")
         func, key = self.mutation.function, self.mutation.key
         if self.family == PROCEDURAL:  # module and function names repeat across modules: the seed tells them apart
             func = f"{self.mutation.path.removesuffix('.py')}.{func}"
@@ -183,6 +183,8 @@ def _draft(origin: Origin, mutation: Mutation, mutant: str, found: Verdict, obse
     extra = {"split": opts.split, "seed": opts.seed, "file": mutation.path, "function": mutation.function,
              "line": mutation.lineno, "buggy_line": mutation.buggy_line(files[mutation.path]),
              "fixed_line": mutation.fixed_line(files[mutation.path]), "mutation_key": mutation.key}
+    if difficulty == LOCATE:  # the expert's check before it submits (other distributions keep their rows)
+        extra["check"] = observed.assertion()
     return Draft(origin.family, origin.repo_name, origin.clean_ref, files, mutation, mutant, found, difficulty,
                  statement, key or f"{origin.family}:{mutation.path}:{mutation.function}", extra)
 

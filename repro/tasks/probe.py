@@ -33,6 +33,18 @@ class Symptom:
         tail = f", expected {self.expected}" if self.expected else ""
         return f"`{self.call}` {self.observed}{tail}."
 
+    def assertion(self) -> str | None:
+        """One line of Python that fails while the bug is there (``from m import f; assert f(1) == 2``), or None
+        when the symptom needs setup or helpers, or what was expected is not a literal."""
+        expected = self.expected.strip("`")
+        if self.setup or self.helpers or len(self.imports) != 1 or "\n" in self.call or not expected:
+            return None
+        try:
+            ast.literal_eval(expected)
+        except (ValueError, SyntaxError):
+            return None
+        return f"{self.imports[0]}; assert {self.call} == {expected}"
+
     def snippet(self) -> str:
         """A reproduction in Python, ending in the misbehaving call and a comment on what it did."""
         note = self.observed + (f", expected {self.expected}" if self.expected else "")

@@ -5,6 +5,9 @@
 miniature's working recipe) the faulty line is quoted and the fix named ("the `-` should be `+`").
 ``one_step_brief``: the failing test and its symptom in one sentence, then the location (no reproduction
 block): about half the tokens of ``one_step``, which is what a 2-core SFT budget can afford.
+``locate``: as ``one_step_brief``, but the faulty line is named only by its first words (the shortest prefix
+found on no other line of the file), so its text and number must be looked up before it can be edited: the
+rollouts of this distribution take several calls (look, edit, check and submit).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from repro.tasks.probe import Symptom
 ONE_STEP = "one_step"
 MULTI_STEP = "multi_step"
 ONE_STEP_BRIEF = "one_step_brief"
-DIFFICULTIES = (ONE_STEP, MULTI_STEP, ONE_STEP_BRIEF)
+LOCATE = "locate"
+DIFFICULTIES = (ONE_STEP, MULTI_STEP, ONE_STEP_BRIEF, LOCATE)
+MIN_PREFIX_WORDS = 2
 MIXED_CHOICES = (ONE_STEP, MULTI_STEP)  # what difficulty "mixed" draws from
 
 
@@ -66,6 +71,32 @@ def location(mutation: Mutation, clean_source: str, quote_line: bool) -> str:
     return f"The bug is in {where}, on the line `{line}`. {fix_hint(mutation, clean_source)}"
 
 
+def unique_prefix(line: str, source: str, min_words: int = MIN_PREFIX_WORDS) -> str | None:
+    """The shortest run of ``line``'s first words (at least ``min_words``; ``line`` stripped) that occurs on no
+    other line of ``source`` (as a substring, what ``grep -F`` matches); None when no prefix is unique."""
+    stripped = line.strip()
+    words = stripped.split(" ")
+    lines = source.splitlines()
+    for n in range(min(min_words, len(words)), len(words) + 1):
+        prefix = " ".join(words[:n])
+        if sum(prefix in other for other in lines) == 1:
+            return prefix
+    return None
+
+
+def locate_statement(symptom: Symptom, mutation: Mutation, clean_source: str) -> str | None:
+    """The failing test and symptom, the function and file, the faulty line's first words and the fix; None for a
+    dropped statement or a line with no unique prefix in the buggy file."""
+    if mutation.operator == "dropped_statement":
+        return None
+    prefix = unique_prefix(mutation.buggy_line(clean_source), mutation.apply(clean_source))
+    if prefix is None:
+        return None
+    return (f"The test `{symptom.test_id}` fails: {symptom.sentence()}\n\n"
+            f"The bug is in `{mutation.function}` in `{mutation.path}`, on the line that starts with `{prefix}`. "
+            f"{fix_hint(mutation, clean_source)}\n")
+
+
 def one_step_statement(symptom: Symptom, mutation: Mutation, clean_source: str, quote_line: bool) -> str:
     return multi_step_statement(symptom) + "\n" + location(mutation, clean_source, quote_line) + "\n"
 
@@ -78,12 +109,15 @@ def revealing_lines(mutation: Mutation, clean_source: str) -> list[str]:
 
 def make_statement(difficulty: str, symptom: Symptom, mutation: Mutation, clean_source: str,
                    quote_line: bool) -> str | None:
-    """The statement for ``difficulty``; None when a multi-step statement would quote the faulty code."""
+    """The statement for ``difficulty``; None when a multi-step statement would quote the faulty code, or a locate
+    statement cannot name the line by a unique prefix."""
     if difficulty == ONE_STEP:
         return one_step_statement(symptom, mutation, clean_source, quote_line)
     if difficulty == ONE_STEP_BRIEF:
         return f"The test `{symptom.test_id}` fails: {symptom.sentence()}\n\n" \
                f"{location(mutation, clean_source, quote_line)}\n"
+    if difficulty == LOCATE:
+        return locate_statement(symptom, mutation, clean_source)
     if difficulty != MULTI_STEP:
         raise ValueError(f"unknown difficulty {difficulty!r}; choose from {DIFFICULTIES}")
     text = multi_step_statement(symptom)

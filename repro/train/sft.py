@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -79,7 +80,10 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(SftProgress())
     print(f"sft: {len(rows)} rows, {args.max_steps} steps of {cfg.batch_size}", flush=True)
-    result = trainer.train()
+    try:
+        result = trainer.train()
+    finally:
+        shutil.rmtree(args.output_dir, ignore_errors=True)  # trl's work folder: no checkpoints are saved there
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     copy_extras(model_dir, out_dir)

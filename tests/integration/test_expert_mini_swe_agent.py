@@ -1,10 +1,13 @@
 """The scripted expert end to end: expert server + recording proxy + the real mini-SWE-agent 2.4.6 on procedural
 tasks, with the recipe tokenizer. Every rollout is one call that resolves its task; the recorded prompt ids are
-the chat template's, and each fixed paragraph of the harness's first prompt is one token of it."""
+the chat template's, and each fixed paragraph of the harness's first prompt is one token of it. On ``locate`` tasks
+every rollout is three calls (look the line up, edit it, check and submit) whose observations the harness fed back."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import pytest
@@ -30,13 +33,23 @@ from repro.tinymodel.vocab import SUBMIT_SUFFIX, fixed_template_texts, tool_call
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["procedural"], operators=["recipe"],
                                difficulty="one_step")
-HARNESS = MiniSweAgentConfig(step_limit=3)
+LOCATE_TASKS = replace(TASKS, difficulty="locate")
+HARNESS = MiniSweAgentConfig(step_limit=4)
 
 
 @pytest.fixture(scope="module")
 def expert_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("expert-run")
-    tasks = build_distribution(TASKS)
+    return run_expert(tmp_path_factory.mktemp("expert-run"), TASKS)
+
+
+@pytest.fixture(scope="module")
+def locate_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_expert(tmp_path_factory.mktemp("expert-locate"), LOCATE_TASKS)
+
+
+def run_expert(root: Path, config: TaskDistributionConfig) -> dict:
+    """The expert's rollouts of ``config``'s tasks through the real harness, and their grades."""
+    tasks = build_distribution(config)
     tasks_jsonl = root / "tasks.jsonl"
     tasks_jsonl.write_text("".join(json.dumps(t.to_row()) + "\n" for t in tasks))
     model_dir = build_recipe_model(TinyModelConfig(vocab_size=1024, recipe_tokens=True), HARNESS, tasks)
@@ -68,6 +81,22 @@ def test_every_rollout_submits_one_call_and_resolves(expert_run: dict) -> None:
         assert result.status == "finished" and result.exit_status == "Submitted", result
         assert result.n_model_calls == 1
         assert grade.outcome == "resolved", (task.instance_id, grade.reason)
+
+
+def test_locate_rollouts_look_edit_check_and_resolve(locate_run: dict) -> None:
+    store = open_store(locate_run["store"])
+    for i, (task, result, grade) in enumerate(zip(locate_run["tasks"], locate_run["results"], locate_run["grades"],
+                                                  strict=True)):
+        assert result.status == "finished" and result.exit_status == "Submitted", result
+        assert result.n_model_calls == 3
+        assert grade.outcome == "resolved", (task.instance_id, grade.reason)
+        calls = store.calls(f"expert-{i}")
+        commands = [json.loads(c.response["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
+                    ["command"] for c in calls]
+        assert [c.split(" ", 1)[0] for c in commands] == ["grep", "sed", "python"]
+        line = f"{task.extra['line']}:{task.extra['buggy_line']}"
+        assert line in calls[1].request["messages"][-1]["content"], "the grep's output is the edit call's last message"
+        assert commands[1].startswith(f"sed -i '{task.extra['line']}s|")
 
 
 def test_recorded_ids_are_the_chat_templates_and_recipe_tokens(expert_run: dict) -> None:

@@ -13,7 +13,8 @@ from repro.files import weights_sha256
 from repro.store import open_store
 
 SMALL = ["warm_start.n_demo_tasks=24", "train_tasks.n_tasks=30", "warm_start.sft.epochs=1", "rl.steps=2",
-         "rl.tasks_per_step=2", "rl.samples_per_task=3", "tasks.n_tasks=4", "warm_start.use_cache=false", "eval.k=2"]
+         "rl.tasks_per_step=2", "rl.samples_per_task=3", "tasks.n_tasks=4", "warm_start.use_cache=false", "eval.k=2",
+         "rl_filter.enabled=false"]  # a 1-epoch warm start fails every probe: the filter would keep no task
 
 
 def _repro(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -31,6 +32,9 @@ def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path) -> None:
     assert metrics["before"]["fingerprint"] == metrics["after"]["fingerprint"] == metrics["fingerprint"]
     assert metrics["before"]["n_samples"] == metrics["after"]["n_samples"] == 4 * 2
     assert 0 < metrics["paired"]["sign_flip_p"] <= 1
+    assert metrics["probe"] is None  # the filter is off here (tests/integration/test_probe_filter.py runs it)
+    assert metrics["habits"]["before"]["samples"] == metrics["habits"]["after"]["samples"] == 4 * 2
+    assert sum(metrics["before"]["calls_histogram"].values()) == 4 * 2
     assert not metrics["warm_start"]["cached"] and metrics["warm_start"]["demo_rollouts"] == 24
     assert set(metrics["compute"]["phases"]) >= {"warm_start_demos", "warm_start_sft", "eval_before", "rl_rollouts",
                                                   "rl_training", "eval_after"}
@@ -39,9 +43,9 @@ def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path) -> None:
     demos = [r for r in rollouts if r.mode == "demo"]
     train = [r for r in rollouts if r.mode == "train"]
     assert len(demos) == 24 and all(r.status == "finished" for r in demos)
-    for demo in demos:  # the expert acts through the real harness: one recorded call with token ids each
-        (call,) = store.calls(demo.rollout_id)
-        assert call.prompt_ids and call.completion_ids
+    for demo in demos:  # the expert acts through the real harness: look, edit, check (a 4th call after a slip)
+        calls = store.calls(demo.rollout_id)
+        assert len(calls) in (3, 4) and all(c.prompt_ids and c.completion_ids for c in calls)
     assert len(train) == 2 * 2 * 3 and all(r.reward in (0.0, 1.0) for r in train if r.status == "finished")
     history = metrics["rl"]["history"]
     assert [h["step"] for h in history] == [0, 1]

@@ -76,3 +76,39 @@ def test_seeds_of_one_configuration_get_a_pooled_row_and_diagnostics(tmp_path: P
 
 def test_a_single_seed_has_no_pooled_row() -> None:
     assert "pooled (" not in run_markdown([_seeded(0, 4)])
+
+
+def test_calls_per_rollout_and_the_probe_are_reported() -> None:
+    run = _seeded(0, 4)
+    run["before"]["calls_histogram"] = {"1": 10, "3": 30}
+    run["after"]["calls_histogram"] = {"3": 40}
+    for step in run["diagnostics"]:
+        step["calls_histogram"] = {"2": 1, "3": 3}
+    run["probe"] = {"config": {"k": 4}, "reused": False, "calls_per_rollout": {"3": 8},
+                    "counts": {"mixed": 5, "all_fail": 2, "all_pass": 1, "kept": 6, "kept_all_fail": 1},
+                    "pass_at_k": {"1": 0.25, "2": 0.4, "3": 0.5, "4": 0.55}}
+    text = run_markdown([run])
+    assert "2.50 (>=3: 75%) -> 3.00 (>=3: 100%)" in text  # held-out samples, before -> after
+    assert "2.75 (>=3: 75%); 2: 25%, 3: 75%" in text  # RL rollouts over all steps, with the distribution
+    assert "8 x 4" in text and "5 / 2 / 1" in text and "6 (1)" in text and "25 40 50 55" in text
+    assert "RL task filter" in text
+    del run["probe"]
+    assert "RL task filter" not in run_markdown([run])
+
+
+def test_an_ablation_is_compared_with_the_default_over_shared_seeds() -> None:
+    defaults = [_seeded(s, 8) for s in (0, 1, 2)]
+    fragment = [_seeded(s, 4) for s in (0, 1)]
+    for run in defaults:
+        run["overrides"] = ["experiment=mini_repro", f"seed={run['seed']}"]
+    for run in fragment:
+        run["overrides"] = ["experiment=mini_repro", f"seed={run['seed']}", "trainer.weighting=fragment"]
+        run["samples"] = {**run["samples"], "weighting": "fragment"}
+    text = run_markdown([*defaults, *fragment])
+    (line,) = [x for x in text.splitlines() if x.startswith("| trainer.weighting=fragment")]
+    # seeds 0 and 1 only; the default solves instances 0-7 after RL, the ablation 0-3: 4 of 40 fewer
+    assert "| 0,1 " in line and "20.0% [" in line and "10.0% [" in line and "-10.0 [" in line
+    assert "Against the default configuration" in text
+    for run in defaults:
+        run["overrides"].append("rl.steps=3")  # no default configuration among the runs: no comparison
+    assert "Against the default" not in run_markdown([*defaults, *fragment])
