@@ -102,12 +102,15 @@ class Miniature:
         return before
 
 
-def split_train(tasks: list[Task], n_demo: int) -> tuple[list[Task], list[Task]]:
-    """(demonstration tasks, RL tasks) of the train split."""
-    if len(tasks) <= n_demo:
+def split_train(tasks: list[Task], n_demo: int, rl_difficulty: str | None = None) -> tuple[list[Task], list[Task]]:
+    """(demonstration tasks, RL tasks) of the train split; RL keeps only tasks of ``rl_difficulty`` when given (a
+    train split that mixes difficulties is a curriculum for the warm start; RL trains on what is evaluated)."""
+    rl = [t for t in tasks[n_demo:] if rl_difficulty is None or t.difficulty == rl_difficulty]
+    if not rl:
         raise SystemExit(f"the train split has {len(tasks)} tasks but warm_start.n_demo_tasks={n_demo} leaves none "
-                         "for RL: raise train_tasks.n_tasks")
-    return tasks[:n_demo], tasks[n_demo:]
+                         f"for RL{f' of difficulty {rl_difficulty}' if rl_difficulty else ''}: raise "
+                         "train_tasks.n_tasks")
+    return tasks[:n_demo], rl
 
 
 def stage_policy(warm_dir: Path, arm_dir: Path) -> Path:
@@ -126,7 +129,9 @@ def prepared_miniature(cfg: MiniatureConfig, run_dir: Path) -> Iterator[Miniatur
     with acct.phase("setup"):
         train_name, train_list = load_task_set(cfg.train_tasks)
         test_name, test_list = load_task_set(cfg.tasks)
-        demo_tasks, rl_tasks = split_train(train_list, cfg.warm_start.n_demo_tasks)
+        mixture = "+" in cfg.train_tasks.difficulty
+        demo_tasks, rl_tasks = split_train(train_list, cfg.warm_start.n_demo_tasks,
+                                           getattr(cfg.tasks, "difficulty", None) if mixture else None)
     box = LocalSandbox(cfg.sandbox)
     try:
         with get_harness(cfg.harness_name, cfg.harness, workers=cfg.harness_workers) as agent:

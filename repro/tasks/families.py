@@ -97,11 +97,14 @@ def stratified(mutations: list[Mutation], rng: random.Random) -> list[Mutation]:
 
 
 def pick_difficulty(difficulty: str, seed: int, mutation: Mutation) -> str:
-    if difficulty == "mixed":
-        return MIXED_CHOICES[stable_hash("difficulty", seed, mutation.key) % len(MIXED_CHOICES)]
-    if difficulty not in DIFFICULTIES:
-        raise ValueError(f"unknown difficulty {difficulty!r}; choose from {[*DIFFICULTIES, 'mixed']}")
-    return difficulty
+    """The task's difficulty: ``mixed`` draws from :data:`MIXED_CHOICES`, ``a+b`` from the difficulties it lists
+    (a fixed hash of the mutation, so a task keeps its draw)."""
+    choices = MIXED_CHOICES if difficulty == "mixed" else tuple(difficulty.split("+"))
+    unknown = [c for c in choices if c not in DIFFICULTIES]
+    if unknown:
+        raise ValueError(f"unknown difficulty {unknown[0]!r}; choose from {[*DIFFICULTIES, 'mixed']} or join "
+                         "several with '+'")
+    return choices[stable_hash("difficulty", seed, mutation.key) % len(choices)] if len(choices) > 1 else choices[0]
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -215,3 +216,18 @@ def test_expert_server_honours_max_tokens_and_streams(expert_url, tasks: list[Ta
         events = [line for line in resp.iter_lines() if line.startswith("data: {")]
     calls = [c for e in events for c in json.loads(e[6:])["choices"][0]["delta"].get("tool_calls", [])]
     assert len(calls) == 1 and "sed -i" in calls[0]["function"]["arguments"]
+
+
+def test_locate_procedure_answers_the_first_step_the_prompt_lacks() -> None:
+    tasks = build_distribution(replace(RECIPE_TASKS, difficulty="locate", n_tasks=2))
+    script, slipping = ExpertScript(tasks), ExpertScript(tasks, slip_rate=1.0)
+    prompt = render_chat(mini_messages(tasks[0].problem_statement))
+    look, edit, check = script.procedures[0]
+    assert look.startswith("grep -nF '") and edit.startswith(f"sed -i '{tasks[0].extra['line']}s|")
+    assert check == f"python -c {shlex.quote(tasks[0].extra['check'])} && echo {SUBMIT_LINE}"
+    steps = []
+    for _ in range(4):
+        steps.append(script.command(prompt))
+        prompt += "\n" + tool_call_text(steps[-1])
+    assert steps == [look, edit, check, SUBMIT_COMMAND]
+    assert slipping.procedures[0] == [look, "sed -n " + edit[len("sed -i "):], check]  # only the edit slips
