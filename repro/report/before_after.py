@@ -286,6 +286,12 @@ def _rl_calls(steps: list[dict[str, Any]]) -> str:
     return f"{calls_summary(histogram)}; {shares}"
 
 
+def hydra_experiment(run: dict[str, Any]) -> str:
+    """The experiment config a run was started with (its ``experiment=`` override), else its table's name."""
+    chosen = [o.split("=", 1)[1] for o in run.get("overrides") or [] if o.startswith("experiment=")]
+    return chosen[0] if chosen else run["experiment"]
+
+
 def run_markdown(runs: list[dict[str, Any]]) -> str:
     """The markdown table for ``runs`` (all of one table), with the diagnostics summary and how to read it."""
     frame = pd.DataFrame(table_rows(runs))
@@ -306,7 +312,7 @@ def run_markdown(runs: list[dict[str, Any]]) -> str:
                  "policy.")
     seeds = sorted({str(r.get("seed")) for r in runs if r.get("seed") is not None}, key=lambda x: (len(x), x))
     if seeds:
-        lines += ["", f"Rebuild: `repro run -m experiment={first['experiment']} seed={','.join(seeds)}` (plus the "
+        lines += ["", f"Rebuild: `repro run -m experiment={hydra_experiment(first)} seed={','.join(seeds)}` (plus the "
                       "overrides in each run's `overrides.txt`), then `repro table`."]
     ablations = ablation_rows(runs)
     if ablations:

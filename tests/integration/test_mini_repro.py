@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from repro.files import weights_sha256
 from repro.store import open_store
 
@@ -22,11 +24,12 @@ def _repro(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subproce
                           cwd=cwd, env=env)
 
 
-def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("experiment", "demo_calls"), [("mini_repro", {1}), ("mini_repro_multicall", {1, 3, 4})])
+def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path, experiment: str, demo_calls: set[int]) -> None:
     root = Path(__file__).parents[2]
-    out = _repro("run", "experiment=mini_repro", f"run.output_root={tmp_path}", *SMALL, cwd=root)
+    out = _repro("run", f"experiment={experiment}", f"run.output_root={tmp_path}", *SMALL, cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
-    (metrics_path,) = tmp_path.glob("mini_repro/*/metrics.json")
+    (metrics_path,) = tmp_path.glob(f"{experiment}/*/metrics.json")
     metrics, run_dir = json.loads(metrics_path.read_text()), metrics_path.parent
     assert metrics["kind"] == "before_after" and metrics["paired"]["n"] == 4
     assert metrics["before"]["fingerprint"] == metrics["after"]["fingerprint"] == metrics["fingerprint"]
@@ -43,9 +46,12 @@ def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path) -> None:
     demos = [r for r in rollouts if r.mode == "demo"]
     train = [r for r in rollouts if r.mode == "train"]
     assert len(demos) == 24 and all(r.status == "finished" for r in demos)
-    for demo in demos:  # the expert acts through the real harness: look, edit, check (a 4th call after a slip)
-        calls = store.calls(demo.rollout_id)
-        assert len(calls) in (3, 4) and all(c.prompt_ids and c.completion_ids for c in calls)
+    for demo in demos:  # the expert acts through the real harness: one call, or (locate) look, edit, check (a 4th
+        calls = store.calls(demo.rollout_id)  # after a slip); each recorded with token ids
+        assert len(calls) in demo_calls and all(c.prompt_ids and c.completion_ids for c in calls)
+    if experiment == "mini_repro_multicall":  # the warm start's curriculum mixes difficulties; RL keeps locate
+        assert all("-lc-" in r.task_id for r in rollouts if r.mode == "train")
+        assert {"-lc-" in r.task_id for r in demos} == {True, False}
     assert len(train) == 2 * 2 * 3 and all(r.reward in (0.0, 1.0) for r in train if r.status == "finished")
     history = metrics["rl"]["history"]
     assert [h["step"] for h in history] == [0, 1]
@@ -70,7 +76,7 @@ def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path) -> None:
     assert metrics["fingerprint"][:8] in out.stdout
     table = _repro("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
     assert table.returncode == 0, table.stderr[-2000:]
-    assert metrics["fingerprint"][:8] in (tmp_path / "results" / "mini_repro.md").read_text()
+    assert metrics["fingerprint"][:8] in (tmp_path / "results" / f"{experiment}.md").read_text()
 
 
 def test_seeds_multirun_prints_a_row_per_seed_and_a_pooled_row(tmp_path: Path) -> None:
