@@ -25,7 +25,7 @@ from repro.report.eta import record as record_rate
 from repro.sandbox.local import LocalSandbox
 from repro.seeding import derive_seed
 from repro.tasks.schema import Task
-from repro.train.task_filter import TaskFilterConfig, pass_at_k_curve, select_tasks
+from repro.train.task_filter import TaskFilterConfig, outcomes_by_task, pass_at_k_curve, select_tasks
 
 
 def probe_seed(base: int, instance_id: str, sample: int) -> int:
@@ -54,11 +54,7 @@ def run_probes(phase_dir: Path, store_path: Path, candidates: list[Task], cfg: T
         reports = runner.run("probe samples")
     finally:
         runner.close()
-    outcomes: dict[str, list[bool]] = {t.instance_id: [] for t in candidates}
-    for r in sorted(reports, key=lambda r: (r.instance_id, r.sample)):
-        if not r.infra_failure:
-            outcomes[r.instance_id].append(r.outcome == "resolved")
-    return {"outcomes": outcomes, "calls": [r.n_calls for r in reports],
+    return {"outcomes": outcomes_by_task(reports), "calls": [r.n_calls for r in reports],
             "infra_failures": sum(r.infra_failure for r in reports)}
 
 

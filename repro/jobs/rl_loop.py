@@ -23,6 +23,7 @@ from repro.store import open_store
 from repro.tasks.schema import Task
 from repro.train.rl import PolicyTrainer
 from repro.train.sync import push_weights
+from repro.train.task_filter import MIXED, outcome_class, outcomes_by_task
 
 
 @dataclass
@@ -70,14 +71,11 @@ def rollout_options(cfg: RlPhaseConfig, step: int, identity: dict[str, Any]) -> 
 
 def group_stats(reports: list[Any]) -> dict[str, Any]:
     """Reward mean, and how many groups have mixed outcomes (the only ones GRPO learns from)."""
-    by_task: dict[str, list[float]] = {}
-    for r in reports:
-        if not r.infra_failure:
-            by_task.setdefault(r.instance_id, []).append(float(r.outcome == "resolved"))
+    by_task = outcomes_by_task(reports)
     rewards = [x for xs in by_task.values() for x in xs]
     return {"rollouts": len(reports), "infra_failures": sum(r.infra_failure for r in reports),
             "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0, "groups": len(by_task),
-            "mixed_groups": sum(1 for xs in by_task.values() if 0 < sum(xs) < len(xs))}
+            "mixed_groups": sum(1 for xs in by_task.values() if outcome_class(xs) == MIXED)}
 
 
 def step_diagnostics(record: dict[str, Any]) -> dict[str, Any]:

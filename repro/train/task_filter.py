@@ -9,8 +9,9 @@ that sharpening can turn into Pass@1 (:func:`pass_at_k_curve`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from repro.evaluation.metrics import pass_at_k
 
@@ -54,6 +55,16 @@ class FilterResult:
         out["kept"] = len(self.kept)
         out["kept_all_fail"] = sum(1 for i, c in self.classes.items() if c == ALL_FAIL and i in kept)
         return out
+
+
+def outcomes_by_task(reports: Iterable[Any]) -> dict[str, list[bool]]:
+    """Each task's resolved flags in sample order (``InstanceReport``-like objects; infrastructure failures are
+    left out: they say nothing about the policy)."""
+    by_task: dict[str, list[bool]] = {}
+    for r in sorted(reports, key=lambda r: (r.instance_id, r.sample)):
+        if not r.infra_failure:
+            by_task.setdefault(r.instance_id, []).append(r.outcome == "resolved")
+    return by_task
 
 
 def outcome_class(outcomes: Sequence[bool]) -> str:
