@@ -60,6 +60,15 @@ def prompt_platform() -> str:
     return f"{u.system} {u.release} {u.version} {u.machine}"
 
 
+def sft_identity(sft: SftConfig) -> dict[str, Any]:
+    """The SFT settings in the key; an option added later is left out at the value that reproduces the old
+    behaviour, so warm starts trained before it existed stay valid (``sampling="random"``)."""
+    settings = asdict(sft)
+    if settings.get("sampling") == "random":
+        del settings["sampling"]
+    return settings
+
+
 def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[str, Any],
                    cfg: WarmStartConfig) -> str:
     """Hash of everything that determines the warm-start checkpoint."""
@@ -67,8 +76,8 @@ def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[s
     digest.update((Path(base_model) / "repro_model.json").read_bytes())
     for task in tasks:
         digest.update(f"{task.instance_id}\0{task.base_commit}\0{task.patch}\0".encode())
-    payload = {"harness": harness_identity, "expert": EXPERT_VERSION, "mode": cfg.sample_mode, "sft": asdict(cfg.sft),
-               "sft_data": SFT_DATA_VERSION, "platform": prompt_platform()}
+    payload = {"harness": harness_identity, "expert": EXPERT_VERSION, "mode": cfg.sample_mode,
+               "sft": sft_identity(cfg.sft), "sft_data": SFT_DATA_VERSION, "platform": prompt_platform()}
     if cfg.expert_slip_rate:
         payload["slip"] = [cfg.expert_slip_rate, cfg.expert_slip_seed, *cfg.expert_slip_operators]
     digest.update(json.dumps(payload, sort_keys=True, default=str).encode())

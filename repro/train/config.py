@@ -26,6 +26,7 @@ class SftConfig:
     seed: int = 0
     logging_steps: int = 50
     torch_threads: int = 0  # 0 = torch's default (one per core)
+    sampling: str = "random"  # batch order: random | group_by_length (rows of similar length share a batch)
 
 
 @dataclass

@@ -63,6 +63,7 @@ def trl_args(cfg: SftConfig, n_rows: int, work_dir: Path) -> TrlSFTConfig:
         lr_scheduler_kwargs={"num_decay_steps": decay, "min_lr_ratio": cfg.min_lr_ratio, "decay_type": "linear"},
         bf16=cfg.bf16, use_cpu=True, seed=cfg.seed, data_seed=cfg.seed, logging_steps=cfg.logging_steps,
         save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0, max_length=None,
+        train_sampling_strategy=cfg.sampling,
     )
 
 

@@ -111,8 +111,8 @@ def test_an_ablation_is_compared_with_the_default_over_shared_seeds() -> None:
     assert "Against the default configuration" in text
     assert "Rebuild: `repro run -m experiment=mini_repro seed=0,1,2`" in text
     for run in [*defaults, *fragment]:  # a table named by run.name still names the experiment config that ran
-        run["overrides"][0] = "experiment=mini_repro_multicall"
-    assert "Rebuild: `repro run -m experiment=mini_repro_multicall " in run_markdown([*defaults, *fragment])
+        run["overrides"][0] = "experiment=mini_repro_one_call"
+    assert "Rebuild: `repro run -m experiment=mini_repro_one_call " in run_markdown([*defaults, *fragment])
     for run in defaults:
         run["overrides"].append("rl.steps=3")  # no default configuration among the runs: no comparison
     assert "Against the default" not in run_markdown([*defaults, *fragment])

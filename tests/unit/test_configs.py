@@ -58,6 +58,26 @@ def test_proxy_and_rebuilt_runs_differ_only_in_the_loop_group() -> None:
     assert rebuilt[".loop.kind"] == "rebuilt"
 
 
+def _composed(overrides: list[str]) -> dict[str, object]:
+    from omegaconf import OmegaConf
+
+    return _leaves(OmegaConf.to_container(compose_config(overrides), resolve=True))
+
+
+def test_the_default_miniature_has_several_calls_and_the_one_call_one_is_a_group_choice() -> None:
+    multi, one = _composed(["experiment=mini_repro"]), _composed(["experiment=mini_repro_one_call"])
+    assert (multi[".tasks.difficulty"], multi[".harness.step_limit"], multi[".rl_filter.enabled"]) == (
+        "locate", 4, True)
+    assert (one[".tasks.difficulty"], one[".harness.step_limit"], one[".rl_filter.enabled"]) == (
+        "one_step_brief", 3, False)
+    assert one[".job.warm_start.expert_slip_rate"] == 0.4 and one[".job.eval.k"] == 4
+    by_group = _composed(["experiment=mini_repro", "miniature=one_call"])
+    assert {k: v for k, v in by_group.items() if "name" not in k and "experiment" not in k} == {
+        k: v for k, v in one.items() if "name" not in k and "experiment" not in k}
+    comparison = _composed(["experiment=loop_comparison_one_call"])
+    assert comparison[".tasks.difficulty"] == "one_step_brief" and comparison[".job.loops"] == ["proxy", "rebuilt"]
+
+
 def _readme_run_commands() -> list[str]:
     """Every ``repro run ...`` the README shows (placeholders like ``[key=value ...]`` skipped)."""
     from pathlib import Path
