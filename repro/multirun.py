@@ -6,18 +6,14 @@ in ``experiments/config.yaml`` and the experiment's file."""
 
 from __future__ import annotations
 
-import json
 import sys
-import traceback
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from repro.runner import CONFIG_DIR, check_experiment, redacted_overrides, run_configured
-
-ERROR_FILE = "error.json"
+from repro.runner import CONFIG_DIR, check_experiment, record_failure, run_configured
 
 
 def sweep_job(cfg: DictConfig) -> str:
@@ -32,10 +28,7 @@ def sweep_job(cfg: DictConfig) -> str:
     try:
         return str(run_configured(cfg, run_dir, overrides))
     except (Exception, SystemExit) as exc:  # recorded, then the next job runs
-        message = str(exc) if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
-        record = {"job": hydra_cfg.job.num, "overrides": redacted_overrides(overrides), "error": message,
-                  "traceback": "" if isinstance(exc, SystemExit) else traceback.format_exc()}
-        (run_dir / ERROR_FILE).write_text(json.dumps(record, indent=2))
+        message = record_failure(run_dir, overrides, exc, job=hydra_cfg.job.num)
         print(f"sweep job #{hydra_cfg.job.num} failed: {message}", file=sys.stderr, flush=True)
         return f"failed: {message}"
 

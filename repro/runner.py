@@ -12,9 +12,11 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
+import traceback
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -117,10 +119,29 @@ def run(overrides: list[str]) -> Path:
             shutil.rmtree(run_dir, ignore_errors=True)  # rejected before any work: nothing worth keeping
             with contextlib.suppress(OSError):
                 run_dir.parent.rmdir()  # the experiment's folder, if this was its only run
+        else:
+            record_failure(run_dir, overrides, sys.exc_info()[1])
+        raise
+    except Exception as exc:
+        record_failure(run_dir, overrides, exc)
         raise
 
 
 _RECORD_FILES = {"config.yaml", "overrides.txt", "manifest.json"}
+ERROR_FILE = "error.json"
+
+
+def record_failure(run_dir: Path, overrides: list[str], exc: BaseException | None, job: int | None = None) -> str:
+    """Write ``error.json`` (the overrides, the error, a traceback unless it was a clean ``SystemExit``) into a
+    run directory whose job failed after it started working, so tables can list the run instead of dropping it."""
+    clean = isinstance(exc, SystemExit)
+    message = str(exc) if clean else f"{type(exc).__name__}: {exc}"
+    if clean and isinstance(exc.code, int) and exc.code > 128:  # the SIGTERM/SIGINT handlers exit 128 + signal
+        message = f"stopped by {signal.Signals(exc.code - 128).name} (exit {exc.code})"
+    record = {"job": job, "overrides": redacted_overrides(overrides), "error": message,
+              "traceback": "" if clean else "".join(traceback.format_exception(exc))}
+    (run_dir / ERROR_FILE).write_text(json.dumps(record, indent=2))
+    return message
 
 
 def check_job_config(cfg: DictConfig) -> None:
@@ -139,6 +160,7 @@ def run_configured(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Path
     """Record ``cfg`` and provenance in ``run_dir``, then call the experiment's job there."""
     record_config(cfg, run_dir, overrides)
     (run_dir / "manifest.json").write_text(json.dumps(manifest(), indent=2))
+    (run_dir / ERROR_FILE).unlink(missing_ok=True)  # a resumed run: its earlier failure is no longer the outcome
     print(f"run directory: {run_dir}", flush=True)
     try:
         call(cfg.job, run_dir=run_dir)

@@ -122,7 +122,7 @@ def write_sweep_table(name: str, runs: list[dict[str, Any]], results: Path) -> l
 
 def failed_jobs(sweep_dir: Path) -> list[dict[str, Any]]:
     """The ``error.json`` records of the sweep's failed jobs, by job number."""
-    from repro.multirun import ERROR_FILE
+    from repro.runner import ERROR_FILE
 
     records = [json.loads(p.read_text()) for p in sweep_dir.glob(f"*/{ERROR_FILE}")]
     return sorted(records, key=lambda r: r["job"])

@@ -33,6 +33,34 @@ def find_metrics(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     return sorted(found, key=lambda item: item[1].get("started_at", 0))
 
 
+def find_failures(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """The ``error.json`` records of runs under ``root`` that failed, per table (the folder under ``root``), each
+    with its run directory (relative to the repository), oldest first."""
+    from repro.runner import ERROR_FILE
+
+    failures: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(root.rglob(ERROR_FILE)):
+        if (path.parent / "metrics.json").exists():
+            continue  # finished after all (an older record)
+        record = json.loads(path.read_text())
+        record["run_dir"] = repo_relative(str(path.parent.resolve()))
+        failures.setdefault(path.relative_to(root).parts[0], []).append(record)
+    return failures
+
+
+def failures_section(records: list[dict[str, Any]]) -> str:
+    """Markdown listing runs of a table that did not finish: they have no row, but they happened."""
+    lines = ["", "## Runs that did not finish (no row above)", ""]
+    lines += [f"- `{r['run_dir']}` (`{' '.join(r['overrides'])}`): {r['error']}" for r in records]
+    return "\n".join(lines) + "\n"
+
+
+def append_failures(written: list[Path], failures: dict[str, list[dict[str, Any]]]) -> None:
+    """Add the failed runs of each table to its Markdown (a table with no finished run has no file to add to)."""
+    for md in (p for p in written if p.suffix == ".md" and p.stem in failures):
+        md.write_text(md.read_text() + failures_section(failures[md.stem]))
+
+
 def repo_relative(path: str) -> str:
     """``path`` relative to the working directory (the repository) when it lies under it: published tables never
     name a machine's absolute paths (a Hydra multirun records its job directories absolute)."""
@@ -101,4 +129,5 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
         written += write_before_after_tables(by_kind["before_after"], results)
     if "loop_comparison" in by_kind:
         written += write_loop_comparison_tables(by_kind["loop_comparison"], results)
+    append_failures(written, find_failures(outputs))
     return written

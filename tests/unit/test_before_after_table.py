@@ -116,3 +116,29 @@ def test_an_ablation_is_compared_with_the_default_over_shared_seeds() -> None:
     for run in defaults:
         run["overrides"].append("rl.steps=3")  # no default configuration among the runs: no comparison
     assert "Against the default" not in run_markdown([*defaults, *fragment])
+
+
+def test_a_run_that_failed_is_listed_under_its_table(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    from repro.report.tables import write_tables
+    from repro.runner import ERROR_FILE, record_failure
+
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "outputs" / "mini_repro" / "20261201-153837"
+    for job in ("0", "1"):
+        (sweep / job).mkdir(parents=True)
+    finished = _seeded(0, 4)
+    finished["run_dir"] = str(sweep / "0")
+    (sweep / "0" / "metrics.json").write_text(json.dumps(finished))
+    record_failure(sweep / "1", ["experiment=mini_repro", "seed=1"], SystemExit("the probe kept 1 RL tasks"), job=1)
+    (tmp_path / "outputs" / "other" / "x").mkdir(parents=True)  # another table's failure stays out of this one
+    record_failure(tmp_path / "outputs" / "other" / "x", ["seed=2"], RuntimeError("boom"))
+    other = json.loads((tmp_path / "outputs" / "other" / "x" / ERROR_FILE).read_text())
+    assert other["error"] == "RuntimeError: boom" and "RuntimeError" in other["traceback"] and other["job"] is None
+    write_tables(tmp_path / "outputs", tmp_path / "results")
+    text = (tmp_path / "results" / "mini_repro.md").read_text()
+    assert "## Runs that did not finish" in text
+    assert ("`outputs/mini_repro/20261201-153837/1` (`experiment=mini_repro seed=1`): the probe kept 1 RL tasks"
+            in text)
+    assert "boom" not in text and "20261201-153837/0 " in text  # the finished seed keeps its row

@@ -108,3 +108,34 @@ def test_a_rejected_config_or_task_file_is_one_error_line_and_leaves_no_run_dire
         run(["experiment=eval_bundled", "tasks=file", f"tasks.source={tmp_path / 'nope.jsonl'}",
              f"run.output_root={root}"])
     assert not root.exists() or not any(root.rglob("*"))
+
+
+def test_a_run_that_fails_after_it_started_keeps_its_directory_with_the_error(tmp_path, monkeypatch) -> None:
+    import json
+
+    import repro.runner
+    from repro.runner import ERROR_FILE, run
+
+    def failing_job(job: object, run_dir) -> None:
+        (run_dir / "traces.sqlite").write_text("work done before the failure")
+        raise SystemExit("the probe kept 1 RL tasks (< rl_filter.min_tasks=16)")
+
+    monkeypatch.setattr(repro.runner, "call", failing_job)
+    root = tmp_path / "outputs"
+    with pytest.raises(SystemExit, match="the probe kept 1"):
+        run(["experiment=mini_repro", "seed=1", f"run.output_root={root}"])
+    (record_path,) = root.glob(f"mini_repro/*/{ERROR_FILE}")
+    record = json.loads(record_path.read_text())
+    assert record["error"].startswith("the probe kept 1") and record["overrides"][1] == "seed=1"
+    monkeypatch.setattr(repro.runner, "call", lambda job, run_dir: None)  # resumed, and it finishes this time
+    run(["experiment=mini_repro", f"run.dir={record_path.parent}"])
+    assert not record_path.exists()
+
+
+def test_a_run_stopped_by_a_signal_says_so(tmp_path) -> None:
+    import json
+
+    from repro.runner import record_failure
+
+    record_failure(tmp_path, ["seed=2"], SystemExit(143), job=2)
+    assert json.loads((tmp_path / "error.json").read_text())["error"] == "stopped by SIGTERM (exit 143)"
