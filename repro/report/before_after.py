@@ -7,6 +7,7 @@ fingerprints differ are flagged, because their numbers are not comparable.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -108,11 +109,20 @@ def _weights_cell(run: dict[str, Any]) -> str:
 
 
 def config_key(run: dict[str, Any]) -> tuple:
-    """What makes runs repeats of one configuration (everything but the training seed)."""
+    """What makes runs repeats of one configuration (everything but the training seed): the run's whole job
+    config when its ``config.yaml`` was read (warm start, filter, slip...), else the settings metrics.json holds."""
     rl = {k: v for k, v in run["rl"]["config"].items() if k != "seed"}
     trainer = {k: v for k, v in run.get("trainer", {}).items() if k != "seed"}
+    job = json.dumps(without_seeds(run["config"].get("job", {})), sort_keys=True) if "config" in run else ""
     return (run["fingerprint"], run.get("loop", "proxy"), run["samples"]["weighting"], run["samples"]["mode"],
-            run["train_tasks"], repr(sorted(rl.items())), repr(sorted(trainer.items())))
+            run["train_tasks"], repr(sorted(rl.items())), repr(sorted(trainer.items())), job)
+
+
+def without_seeds(node: Any) -> Any:
+    """A config tree without its ``seed`` keys (the training seed reaches the model, SFT, RL, filter...)."""
+    if isinstance(node, dict):
+        return {k: without_seeds(v) for k, v in node.items() if k != "seed"}
+    return [without_seeds(v) for v in node] if isinstance(node, list) else node
 
 
 def run_name(run_dir: str) -> str:
@@ -125,6 +135,7 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
     paired, total = run["paired"], run.get("compute", {}).get("total", {})
     return {
         "run": run_name(run.get("run_dir", "")), "seed": run.get("seed", run["rl"]["config"].get("seed", "")),
+        "changed": " ".join(changed(run)) or "-",
         "loop": run.get("loop", "proxy"), "weighting": run["samples"]["weighting"],
         "samples": run["samples"]["mode"], "RL": _rl_cell(run),
         "n": paired["n"], "Pass@1 before": _pass_cell(run["before"]), "Pass@1 after": _pass_cell(run["after"]),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from repro.report.before_after import write_before_after_tables
 from repro.report.eval_table import write_eval_tables
@@ -111,9 +112,11 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for path, metrics in find_metrics(outputs):
         metrics["run_dir"] = repo_relative(metrics.get("run_dir") or str(path.parent))
-        overrides = path.parent / "overrides.txt"
+        overrides, config = path.parent / "overrides.txt", path.parent / "config.yaml"
         if overrides.exists():
             metrics["overrides"] = [line for line in overrides.read_text().splitlines() if line.strip()]
+        if config.exists():
+            metrics["config"] = yaml.safe_load(config.read_text())
         by_kind.setdefault(metrics.get("kind", "unknown"), []).append(metrics)
     written = []
     results.mkdir(parents=True, exist_ok=True)

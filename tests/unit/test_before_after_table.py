@@ -142,3 +142,15 @@ def test_a_run_that_failed_is_listed_under_its_table(tmp_path: Path, monkeypatch
     assert ("`outputs/mini_repro/20261201-153837/1` (`experiment=mini_repro seed=1`): the probe kept 1 RL tasks"
             in text)
     assert "boom" not in text and "20261201-153837/0 " in text  # the finished seed keeps its row
+
+
+def test_runs_whose_job_configs_differ_beyond_the_seed_are_not_pooled() -> None:
+    def configured(seed: int, epochs: int) -> dict:
+        run = _seeded(seed, 4 + seed)
+        run["config"] = {"seed": seed, "job": {"model": {"seed": seed}, "warm_start": {"sft": {"epochs": epochs,
+                                                                                              "seed": seed}}}}
+        return run
+
+    assert run_markdown([configured(0, 10), configured(1, 10)]).count("pooled (2 seeds)") == 1
+    text = run_markdown([configured(0, 10), configured(1, 15)])  # another warm start: two configurations of 1 seed
+    assert "pooled (" not in text
