@@ -113,7 +113,7 @@ def config_key(run: dict[str, Any]) -> tuple:
     config when its ``config.yaml`` was read (warm start, filter, slip...), else the settings metrics.json holds."""
     rl = {k: v for k, v in run["rl"]["config"].items() if k != "seed"}
     trainer = {k: v for k, v in run.get("trainer", {}).items() if k != "seed"}
-    job = json.dumps(without_seeds(run["config"].get("job", {})), sort_keys=True) if "config" in run else ""
+    job = json.dumps(without_seeds(run["run_config"].get("job", {})), sort_keys=True) if "run_config" in run else ""
     return (run["fingerprint"], run.get("loop", "proxy"), run["samples"]["weighting"], run["samples"]["mode"],
             run["train_tasks"], repr(sorted(rl.items())), repr(sorted(trainer.items())), job)
 

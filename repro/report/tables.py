@@ -116,7 +116,7 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
         if overrides.exists():
             metrics["overrides"] = [line for line in overrides.read_text().splitlines() if line.strip()]
         if config.exists():
-            metrics["config"] = yaml.safe_load(config.read_text())
+            metrics["run_config"] = yaml.safe_load(config.read_text())  # the resolved config.yaml
         by_kind.setdefault(metrics.get("kind", "unknown"), []).append(metrics)
     written = []
     results.mkdir(parents=True, exist_ok=True)

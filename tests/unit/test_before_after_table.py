@@ -147,7 +147,7 @@ def test_a_run_that_failed_is_listed_under_its_table(tmp_path: Path, monkeypatch
 def test_runs_whose_job_configs_differ_beyond_the_seed_are_not_pooled() -> None:
     def configured(seed: int, epochs: int) -> dict:
         run = _seeded(seed, 4 + seed)
-        run["config"] = {"seed": seed, "job": {"model": {"seed": seed}, "warm_start": {"sft": {"epochs": epochs,
+        run["run_config"] = {"seed": seed, "job": {"model": {"seed": seed}, "warm_start": {"sft": {"epochs": epochs,
                                                                                               "seed": seed}}}}
         return run
 

@@ -36,6 +36,7 @@ def test_table_is_built_from_the_newest_metrics(tmp_path: Path) -> None:
         metrics = {"kind": "proxy_overhead", "started_at": i, "config": asdict(ProxyBenchConfig()), "rows": rows,
                    "summary": summarise(rows)}
         (run / "metrics.json").write_text(json.dumps(metrics))
+        (run / "config.yaml").write_text("job:\n  repeats: 99\n")  # a run's config file never hides its metrics
     written = write_tables(tmp_path / "outputs", tmp_path / "results")
     md = (tmp_path / "results" / "proxy_overhead.md").read_text()
     assert {p.name for p in written} == {"proxy_overhead.md", "proxy_overhead.csv"}
