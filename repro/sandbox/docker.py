@@ -1,0 +1,207 @@
+"""The docker sandbox: one container per rollout from the task's image, grading in a fresh container.
+
+Grading follows swebench's ``run_instance``: the agent's patch (less the files it may not change, as in the local
+sandbox) is copied in and applied with the first of swebench's ``GIT_APPLY_CMDS`` that works, then the eval script
+(:mod:`repro.sandbox.eval_script`) runs under a wall-clock bound and its log is parsed; the verdict rule is the
+local sandbox's (:func:`repro.sandbox.grading.decide`). Faults of the container itself (OOM, an engine call that
+fails, a missing image) are infrastructure errors, never an unresolved task.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+
+from repro.protocols import GradeResult, Workspace
+from repro.sandbox import docker_engine as engine_api
+from repro.sandbox.docker_engine import ContainerLimits, ExecResult, exec_bounded, put_file, run_labels
+from repro.sandbox.eval_script import GRADING_ENV, eval_spec, test_exit_code
+from repro.sandbox.grading import LOG_TAIL_CHARS, added_hook_files, decide, protected_paths
+from repro.sandbox.images import BUNDLED_NAMESPACE, TaskImage, require_task_image
+from repro.sandbox.pytest_runner import TestRun
+from repro.sandbox.repos import RepoResolver
+from repro.tasks.schema import Task
+
+PATCH_PATH = "/tmp/patch.diff"
+EVAL_PATH = "/eval.sh"
+_SECTION = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
+
+
+@dataclass
+class DockerSandboxConfig:
+    """Images, limits and bounds of the docker sandbox."""
+
+    repos_dir: str = "repos"  # where bundled task repositories resolve (image tags hash their base trees)
+    namespace: str = BUNDLED_NAMESPACE  # image namespace (swebench's is "swebench")
+    limits: ContainerLimits = field(default_factory=ContainerLimits)
+    test_timeout_s: float = 300.0  # wall-clock bound of one eval script
+    command_timeout_s: float = 60.0  # wall-clock bound of one command in a rollout's container
+    run_id: str = ""  # labels containers; "" = a fresh id per sandbox
+
+
+def drop_files(patch: str, paths: tuple[str, ...]) -> str:
+    """``patch`` without the ``diff --git`` sections of ``paths`` (as ``git apply --exclude`` would skip them)."""
+    if not paths:
+        return patch
+    starts = [m.start() for m in _SECTION.finditer(patch)]
+    if not starts:
+        return patch
+    kept = [patch[:starts[0]]]
+    for begin, end in zip(starts, [*starts[1:], len(patch)], strict=True):
+        section = patch[begin:end]
+        match = _SECTION.match(section)
+        if match and not {match.group(1), match.group(2)} & set(paths):
+            kept.append(section)
+    return "".join(kept)
+
+
+@dataclass
+class DockerWorkspace:
+    """A rollout's container (from the task's image); ``path`` is the working tree inside it."""
+
+    container: Any
+    image: TaskImage
+    base_commit: str
+    path: Path = Path("/testbed")
+    command_timeout_s: float = 60.0
+
+    def run(self, command: str, timeout_s: float | None = None) -> ExecResult:
+        return exec_bounded(self.container, command, timeout_s or self.command_timeout_s, str(self.path))
+
+    def diff(self) -> str:
+        """The working tree against the base commit, new files included, the agent's own index untouched."""
+        result = self.run(diff_command(self.base_commit))
+        if result.exit_code != 0:
+            raise OSError(f"git diff in the container failed (exit {result.exit_code}): {result.output[-500:]}")
+        return result.output
+
+    def cleanup(self) -> None:
+        engine_api.remove_quietly([self.container])
+
+
+def diff_command(base_commit: str) -> str:
+    """A shell command printing the working tree's patch against ``base_commit`` (private index copy)."""
+    return ("set -e; export GIT_INDEX_FILE=$(mktemp); cp .git/index \"$GIT_INDEX_FILE\" 2>/dev/null || true; "
+            "git add -A >/dev/null; git diff --cached --binary --no-color --no-ext-diff --no-textconv --no-renames "
+            f"{base_commit}; rm -f \"$GIT_INDEX_FILE\"")
+
+
+class DockerSandbox:
+    """Implements ``repro.protocols.Sandbox`` with a Docker engine; safe to share between threads."""
+
+    def __init__(self, config: DockerSandboxConfig | None = None, engine: Any = None) -> None:
+        self.config = config or DockerSandboxConfig()
+        self.run_id = self.config.run_id or f"repro-{uuid.uuid4().hex[:12]}"
+        self.engine = engine or engine_api.client()
+        self.resolver = RepoResolver(Path(self.config.repos_dir).expanduser())
+        self._lock = threading.Lock()
+
+    def image(self, task: Task) -> TaskImage:
+        return require_task_image(self.engine, task, self.resolver, self.config.namespace)
+
+    def _start(self, image: str, role: str) -> Any:
+        container = self.engine.containers.run(
+            image, command=["sleep", "infinity"], detach=True, labels=run_labels(self.run_id, role),
+            working_dir="/testbed", **self.config.limits.sdk_kwargs())
+        return container
+
+    def workspace(self, task: Task, rollout_id: str) -> DockerWorkspace:
+        """A fresh container from the task's image (its working tree is the image's: reset by construction)."""
+        image = self.image(task)
+        container = self._start(image.name, "rollout")
+        return DockerWorkspace(container, image, image.base_commit, command_timeout_s=self.config.command_timeout_s)
+
+    def grade(self, task: Task, workspace: Workspace) -> GradeResult:
+        try:
+            patch = workspace.diff()
+        except OSError as exc:
+            return GradeResult("unresolved", f"could not read the workspace's changes: {exc}")
+        return self.grade_patch(task, patch)
+
+    def grade_patch(self, task: Task, patch: str) -> GradeResult:
+        """Grade ``patch`` in a fresh container of the task's image; engine faults are ``error``."""
+        import docker.errors
+
+        started = time.monotonic()
+        try:
+            result = self._grade(task, patch)
+        except engine_api.ImageMissing as exc:
+            result = GradeResult("error", str(exc))
+        except (docker.errors.DockerException, OSError) as exc:
+            result = GradeResult("error", f"docker engine call failed: {type(exc).__name__}: {exc}")
+        result.duration_s = time.monotonic() - started
+        return result
+
+    def _grade(self, task: Task, patch: str) -> GradeResult:
+        if not task.FAIL_TO_PASS:
+            return GradeResult("error", f"task {task.instance_id} names no FAIL_TO_PASS test")
+        image = self.image(task)
+        container = self._start(image.name, "grade")
+        try:
+            return self._grade_in(container, task, image, patch)
+        finally:
+            engine_api.remove_quietly([container])
+
+    def _grade_in(self, container: Any, task: Task, image: TaskImage, patch: str) -> GradeResult:
+        spec = eval_spec(task, image.base_commit)
+        if task.test_patch.strip():
+            put_file(container, "/tmp/test.diff", task.test_patch.encode())
+            check = exec_bounded(container, "git apply --check /tmp/test.diff", 60)
+            if check.exit_code != 0:
+                return GradeResult("error", "test_patch does not apply at base_commit",
+                                   log_tail=check.output[-LOG_TAIL_CHARS:])
+        hooks = added_hook_files(patch)
+        applied = drop_files(patch, (*protected_paths(task), *hooks))
+        empty = not patch.strip()
+        if applied.strip() and (problem := self._apply(container, applied)):
+            return GradeResult("unresolved", "patch does not apply", log_tail=problem[-LOG_TAIL_CHARS:])
+        put_file(container, EVAL_PATH, spec.script.encode(), mode=0o755)
+        run = exec_bounded(container, f"{EVAL_PATH} 2>&1", self.config.test_timeout_s, environment=GRADING_ENV)
+        oom = _oom_killed(container)
+        if oom:
+            return GradeResult("error", f"the grading container ran out of memory ({self.config.limits.memory_mb} "
+                               "MB, sandbox.limits.memory_mb)", log_tail=run.output[-LOG_TAIL_CHARS:])
+        result = decide(task, _test_run(run, spec.parse, self.config.test_timeout_s))
+        if empty and result.outcome == "unresolved":
+            result.reason = f"empty patch; {result.reason}"
+        if hooks:
+            result.reason = f"{result.reason}; left out of the patch (files that run around the tests): " \
+                            f"{', '.join(hooks)}"
+        return result
+
+    def _apply(self, container: Any, patch: str) -> str | None:
+        """swebench's patch commands in order; None once one applies, else their combined output."""
+        put_file(container, PATCH_PATH, patch.encode())
+        outputs = []
+        for command in GIT_APPLY_CMDS:
+            result = exec_bounded(container, f"{command} {PATCH_PATH}", 60)
+            if result.exit_code == 0:
+                return None
+            outputs.append(f"$ {command}\n{result.output}")
+        return "\n".join(outputs)
+
+    def close(self) -> None:
+        """Remove every container of this sandbox's run."""
+        engine_api.remove_run_containers(self.engine, self.run_id)
+
+
+def _test_run(run: ExecResult, parse: Any, timeout_s: float) -> TestRun:
+    exit_code = test_exit_code(run.output)
+    statuses = {} if run.timed_out else parse(run.output)
+    return TestRun(statuses, run.exit_code if exit_code is None else exit_code, run.timed_out, run.duration_s,
+                   run.output, timeout_s)
+
+
+def _oom_killed(container: Any) -> bool:
+    """Whether the kernel's OOM killer acted in the container's cgroup (``memory.oom_control``/``memory.events``)."""
+    result = exec_bounded(container, "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || "
+                                     "cat /sys/fs/cgroup/memory.events 2>/dev/null", 10, workdir="/")
+    found = re.search(r"^oom_kill (\d+)$", result.output, re.M)
+    return bool(found and int(found.group(1)) > 0)
