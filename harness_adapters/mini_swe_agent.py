@@ -305,12 +305,17 @@ def harness_settings(cfg: MiniSweAgentConfig) -> dict[str, Any]:
     return {"agent": agent, "environment": {"timeout": cfg.command_timeout_s}, "model": model}
 
 
-def rollout_settings(task: str, base_url: str, workdir: Path) -> dict[str, Any]:
-    """The per-rollout overlay (last ``-c`` file): the task, the model endpoint, the working directory."""
+def rollout_settings(task: str, base_url: str, workdir: Path, container: Any = None) -> dict[str, Any]:
+    """The per-rollout overlay (last ``-c`` file): the task, the model endpoint, the working directory; with a
+    ``ContainerSpec``, the settings of mini's own ``DockerEnvironment`` (image, cwd, ``docker run`` options)."""
+    environment: dict[str, Any] = {"cwd": str(workdir)}
+    if container is not None:
+        environment = {"image": container.image, "cwd": container.cwd, "run_args": ["--rm", *container.run_args],
+                       "timeout": int(container.command_timeout_s)}
     return {
         "run": {"task": task},
         "model": {"model_kwargs": {"api_base": base_url}},
-        "environment": {"cwd": str(workdir)},
+        "environment": environment,
     }
 
 

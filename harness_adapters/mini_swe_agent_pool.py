@@ -200,7 +200,8 @@ class MiniSweAgentHarness:
         workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
         rollout_config = output_dir / "config" / ROLLOUT_CONFIG_NAME
         rollout_config.parent.mkdir(parents=True, exist_ok=True)
-        write_yaml(rollout_config, rollout_settings(rollout.task.problem_statement, rollout.base_url, workdir))
+        write_yaml(rollout_config, rollout_settings(rollout.task.problem_statement, rollout.base_url, workdir,
+                                                    rollout.container))
         trajectory = output_dir / TRAJECTORY_NAME
         trajectory.unlink(missing_ok=True)
         shared = [self._config_dir / name for name in CONFIG_NAMES.values()]
@@ -209,15 +210,16 @@ class MiniSweAgentHarness:
             "config_files": [*map(str, shared), str(rollout_config)],
             "cli": {
                 "model_name": litellm_model_name(rollout.model_name),
-                "environment_class": "local",
+                "environment_class": "docker" if rollout.container is not None else "local",
                 "yolo": True,
                 "cost_limit": 0.0,
                 "exit_immediately": True,
                 "output": str(trajectory),
             },
-            "workdir": str(workdir),
+            "workdir": "" if rollout.container is not None else str(workdir),
             "output_dir": str(output_dir),
             "timeout_s": rollout.timeout_s,
+            "diff_command": rollout.container.diff_command if rollout.container is not None else None,
         }
 
     def _abort(self) -> None:
@@ -293,7 +295,8 @@ class MiniSweAgentHarness:
 
     def _fail_all(self, worker: _Worker, results: dict[int, HarnessResult], verdicts: dict[str, Verdict]) -> None:
         """Give every rollout in flight on a dead worker its (status, reason); kill the commands it orphaned."""
-        kill_processes_under([Path(flight.rollout.workdir) for flight in worker.in_flight.values()])
+        kill_processes_under([Path(flight.rollout.workdir) for flight in worker.in_flight.values()
+                              if flight.rollout.container is None])  # containers: removed by the sandbox
         for rollout_id, flight in worker.in_flight.items():
             status, reason = verdicts[rollout_id]
             result = HarnessResult(
@@ -345,7 +348,7 @@ def _from_worker(rollout: HarnessRollout, message: dict[str, Any], pid: int) -> 
         status, reason = "crashed", f"unexpected exit status {exit_status!r}"
     else:
         status, reason = "finished", exit_status
-    info = {k: message.get(k) for k in ("cpu_s", "submission", "error")} | {
+    info = {k: message.get(k) for k in ("cpu_s", "submission", "error", "diff", "diff_error")} | {
         "worker_pid": pid,
         "stdout_log": str(Path(rollout.output_dir).resolve() / "stdout.log"),
     }

@@ -9,11 +9,13 @@ Protocol, one JSON object per line:
 
 - stdin, one request per rollout: ``{"rollout_id", "config_files": [paths, merged in order],
   "cli": {mini.main's keyword options: model_name, environment_class, yolo, cost_limit, exit_immediately,
-  output}, "workdir", "output_dir", "timeout_s"}``; EOF ends the worker.
+  output}, "workdir", "output_dir", "timeout_s", "diff_command"}``; EOF ends the worker. ``diff_command`` (container
+  rollouts, ``environment_class: docker``): run through mini's own ``execute`` after the agent ends, its output
+  returned as ``diff``, then mini's ``cleanup`` removes the container.
 - stdout: ``{"event": "ready", "pid", "mini_version", "import_s"}`` once, then per rollout
   ``{"event": "result", "rollout_id", "outcome": "returned" | "raised" | "timeout", "exit_status",
-  "submission", "n_model_calls", "trajectory_path", "duration_s", "cpu_s", "error"}``; a rollout whose
-  thread outlived its timeout report sends ``{"event": "released", "rollout_id"}`` when it finally ends.
+  "submission", "n_model_calls", "trajectory_path", "duration_s", "cpu_s", "error"[, "diff", "diff_error"]}``; a rollout
+  whose thread outlived its timeout report sends ``{"event": "released", "rollout_id"}`` when it finally ends.
 
 Process-wide state: the environment (``MSWEA_*``, ``LITELLM_*``, the dummy key) is set once by whoever starts
 the worker; nothing here changes the cwd (mini's ``LocalEnvironment`` passes ``cwd=`` to each command).
@@ -145,6 +147,8 @@ class Rollout:
         self.deadline = self.started + float(request["timeout_s"])
         self.agent: Any = None
         self.timed_out = False
+        self.diff: str | None = None  # container rollouts: the patch taken inside the container before removal
+        self.diff_error = ""
 
     def trajectory_path(self) -> str | None:
         output = self.cli.get("output")
@@ -208,6 +212,7 @@ class Worker:
                 agent.run(task)
             finally:
                 self._router.bind(None)
+                take_diff_and_clean_up(rollout)
 
     def _finish(self, rollout: Rollout, outcome: str, error: str, cpu_s: float) -> None:
         with self._lock:
@@ -220,7 +225,8 @@ class Worker:
     def _result(self, rollout: Rollout, outcome: str, error: str, cpu_s: float) -> dict[str, Any]:
         last = rollout.agent.messages[-1] if rollout.agent is not None and rollout.agent.messages else {}
         extra = last.get("extra", {}) if outcome != "timeout" else {}
-        return {
+        diff = {"diff": rollout.diff, "diff_error": rollout.diff_error} if rollout.request.get("diff_command") else {}
+        return diff | {
             "event": "result",
             "rollout_id": rollout.rollout_id,
             "outcome": outcome,
@@ -253,10 +259,35 @@ class Worker:
 
 
 def stop_rollout(rollout: Rollout) -> None:
-    """Make mini end at its next step (its own wall-time limit) and kill the command it is running."""
+    """Make mini end at its next step (its own wall-time limit) and kill the command it is running (in a
+    container: remove the container, which ends the command with it)."""
     if rollout.agent is not None:
         rollout.agent.config.wall_time_limit_seconds = max(1, int(float(rollout.request["timeout_s"])))
+        if rollout.request.get("diff_command"):
+            with contextlib.suppress(Exception):
+                rollout.agent.env.cleanup()
     kill_commands_under(rollout.request.get("workdir", ""))
+
+
+def take_diff_and_clean_up(rollout: Rollout) -> None:
+    """Container rollouts: print the patch inside the container (the request's ``diff_command``, through mini's
+    own ``execute``), then have mini remove its container. Nothing here may raise."""
+    command = rollout.request.get("diff_command")
+    env = getattr(rollout.agent, "env", None)
+    if not command or env is None:
+        return
+    try:
+        if not rollout.timed_out:
+            output = env.execute({"command": command})
+            if output.get("returncode") == 0:
+                rollout.diff = output.get("output", "")
+            else:
+                rollout.diff_error = f"exit {output.get('returncode')}: {str(output.get('output', ''))[-500:]}"
+    except BaseException as exc:  # Submitted would need a first line no diff has; anything else is reported
+        rollout.diff_error = f"{type(exc).__name__}: {exc}"[-500:]
+    finally:
+        with contextlib.suppress(Exception):
+            env.cleanup()
 
 
 def kill_commands_under(workdir: str) -> None:
@@ -309,6 +340,7 @@ def _works_under(pid: int, root: str) -> bool:
 def _warm_imports() -> None:
     """Import what ``get_model`` / ``get_agent`` would import on first use (LiteLLM: seconds), once, up front."""
     import minisweagent.agents.interactive
+    import minisweagent.environments.docker
     import minisweagent.environments.local
     import minisweagent.models.litellm_model
     import minisweagent.models.litellm_textbased_model  # noqa: F401

@@ -1,4 +1,4 @@
-"""The `repro` command line: run (Hydra experiments), table, inspect, tasks, serve, build-model, proxy."""
+"""The `repro` command line: run (Hydra experiments), table, inspect, tasks, images, serve, build-model, proxy."""
 
 from __future__ import annotations
 
@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     from repro.tasks.commands import add_tasks_parser
 
     add_tasks_parser(sub)
+    from repro.sandbox.image_commands import add_images_parser
+
+    add_images_parser(sub)
     return parser
 
 

@@ -47,6 +47,19 @@ class Sandbox(Protocol):
 
 
 @dataclass
+class ContainerSpec:
+    """Where a harness acts when the sandbox is a container engine: the harness starts one container from
+    ``image`` with ``run_args`` (limits, network off, the run's labels) through its own environment class, works in
+    ``cwd``, and before removing it prints the rollout's patch with ``diff_command``."""
+
+    image: str
+    cwd: str
+    run_args: list[str]
+    diff_command: str
+    command_timeout_s: float = 60.0
+
+
+@dataclass
 class HarnessRollout:
     """One rollout for a harness to run: the task text, where to work, where the model is."""
 
@@ -57,6 +70,7 @@ class HarnessRollout:
     model_name: str
     output_dir: Path
     timeout_s: float
+    container: ContainerSpec | None = None  # set: act inside this container (workdir is then a path in it)
 
 
 @dataclass

@@ -21,7 +21,6 @@ from repro.evaluation import (
     InstanceReport,
     LimitsSpec,
     SamplingSpec,
-    SandboxSpec,
     TaskSetSpec,
     eval_metrics,
     read_reports,
@@ -32,8 +31,8 @@ from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
 from repro.jobs.stack import CpuServingConfig, Stack, running_stack
 from repro.proxy import ProxyConfig
 from repro.report.eval_table import run_markdown
-from repro.sandbox.grading_env import grading_identity, grading_python
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.sandbox.select import make_sandbox, sandbox_spec
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.loaders import load_tasks
 from repro.tasks.schema import Task
@@ -100,9 +99,7 @@ def build_spec(harness_identity: dict[str, Any], name: str, tasks: list[Task], h
         sampling=SamplingSpec(ev.temperature, ev.top_p, ev.max_tokens, ev.seed),
         limits=LimitsSpec(int(getattr(harness_cfg, "step_limit", 0) or 0),
                           float(getattr(harness_cfg, "wall_time_limit_s", 0) or 0)),
-        sandbox=SandboxSpec("local", sandbox.test_timeout_s, sandbox.limits.cpu_s, sandbox.limits.memory_mb,
-                            sandbox.limits.file_size_mb,
-                            settings={"grading": grading_identity(grading_python(sandbox.python))}),
+        sandbox=sandbox_spec(sandbox, tasks),
         k=ev.k, seeds={} if task_seed is None else {"tasks": task_seed},
     )
 
@@ -151,7 +148,7 @@ def evaluate_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Proxy
                           eval, getattr(tasks, "seed", None), serving.served_model_name)
         model_dir, model_name = _model(model, eval, task_list)
         with running_stack(model_dir, serving, proxy, run_dir) as stack:
-            box = LocalSandbox(sandbox)
+            box = make_sandbox(sandbox)
             try:
                 reports, ran = run_frozen_eval(run_dir, run_dir / "traces.sqlite", spec, eval, task_list, stack,
                                                agent, box, model_name)

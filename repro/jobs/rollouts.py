@@ -30,6 +30,7 @@ from repro.evaluation import (
 from repro.jobs.stack import Stack
 from repro.protocols import GradeResult, HarnessResult, HarnessRollout
 from repro.report.progress import progress
+from repro.sandbox.docker_engine import ImageMissing
 from repro.sandbox.local import LocalSandbox
 from repro.sandbox.repos import RepoError
 from repro.store import open_store
@@ -162,12 +163,13 @@ class RolloutRunner:
             task = self.tasks[instance_id]
             try:
                 workspace = self.sandbox.workspace(task, rollout_id)
-            except RepoError as exc:
+            except (RepoError, ImageMissing) as exc:
                 failed.append((task, sample, rollout_id, str(exc)))
                 continue
             base_url = f"{self.stack.proxy_url}/rollouts/{rollout_id}/v1"
             rollout = HarnessRollout(rollout_id, task, workspace.path, base_url, self.stack.served_model_name,
-                                     self.run_dir / "harness" / rollout_id, self._timeout_s())
+                                     self.run_dir / "harness" / rollout_id, self._timeout_s(),
+                                     container=getattr(workspace, "container_spec", None))
             prepared.append((task, sample, workspace, rollout))
         results = self.harness.run([p[3] for p in prepared], self.opts.concurrency) if prepared else []
         jobs = [(*p, result) for p, result in zip(prepared, results, strict=True)]
@@ -192,7 +194,13 @@ class RolloutRunner:
 
     def _finish(self, task: Task, sample: int, workspace: Any, rollout: HarnessRollout, result: HarnessResult,
                 started: float) -> InstanceReport:
-        patch = workspace.diff()
+        if hasattr(workspace, "adopt"):  # a container the harness ran: its patch came back with the result
+            workspace.adopt(result)
+        try:
+            patch = workspace.diff()
+        except OSError as exc:
+            workspace.cleanup()
+            return self._record(task, sample, rollout.rollout_id, result, GradeResult("error", str(exc)), "", started)
         grade = self._grade(task, workspace, patch)
         workspace.cleanup()
         return self._record(task, sample, rollout.rollout_id, result, grade, patch, started)

@@ -19,7 +19,7 @@ from typing import Any
 
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
-from repro.protocols import GradeResult, Workspace
+from repro.protocols import ContainerSpec, GradeResult, HarnessResult, Workspace
 from repro.sandbox import docker_engine as engine_api
 from repro.sandbox.docker_engine import ContainerLimits, ExecResult, exec_bounded, put_file, run_labels
 from repro.sandbox.eval_script import GRADING_ENV, eval_spec, test_exit_code
@@ -86,11 +86,37 @@ class DockerWorkspace:
         engine_api.remove_quietly([self.container])
 
 
+@dataclass
+class HarnessContainer:
+    """A rollout whose container the harness starts and removes; ``diff`` is what it reported from inside."""
+
+    container_spec: ContainerSpec
+    image: TaskImage
+    path: Path = Path("/testbed")
+    patch: str | None = None
+    problem: str = "the harness reported no patch (it ended before the container was read)"
+
+    def adopt(self, result: HarnessResult) -> None:
+        """Take the patch the harness printed inside the container before removing it."""
+        if isinstance(result.info.get("diff"), str):
+            self.patch = result.info["diff"]
+        elif result.info.get("diff_error"):
+            self.problem = f"reading the patch in the container failed: {result.info['diff_error']}"
+
+    def diff(self) -> str:
+        if self.patch is None:
+            raise OSError(self.problem)
+        return self.patch
+
+    def cleanup(self) -> None:
+        """Nothing: the harness removed its container; the sandbox's ``close`` removes any the run left."""
+
+
 def diff_command(base_commit: str) -> str:
     """A shell command printing the working tree's patch against ``base_commit`` (private index copy)."""
     return ("set -e; export GIT_INDEX_FILE=$(mktemp); cp .git/index \"$GIT_INDEX_FILE\" 2>/dev/null || true; "
-            "git add -A >/dev/null; git diff --cached --binary --no-color --no-ext-diff --no-textconv --no-renames "
-            f"{base_commit}; rm -f \"$GIT_INDEX_FILE\"")
+            "git add -A >/dev/null 2>&1; git diff --cached --binary --no-color --no-ext-diff --no-textconv "
+            f"--no-renames {base_commit} 2>/dev/null; rm -f \"$GIT_INDEX_FILE\"")
 
 
 class DockerSandbox:
@@ -107,15 +133,27 @@ class DockerSandbox:
         return require_task_image(self.engine, task, self.resolver, self.config.namespace)
 
     def _start(self, image: str, role: str) -> Any:
-        container = self.engine.containers.run(
-            image, command=["sleep", "infinity"], detach=True, labels=run_labels(self.run_id, role),
-            working_dir="/testbed", **self.config.limits.sdk_kwargs())
-        return container
+        return self.engine.containers.run(image, command=["sleep", "infinity"], detach=True,
+                                          labels=run_labels(self.run_id, role), working_dir="/testbed",
+                                          **self.config.limits.sdk_kwargs())
 
-    def workspace(self, task: Task, rollout_id: str) -> DockerWorkspace:
-        """A fresh container from the task's image (its working tree is the image's: reset by construction)."""
+    def workspace(self, task: Task, rollout_id: str) -> HarnessContainer:
+        """Where a harness acts for this rollout: the container spec it starts through its own environment class
+        (the task's image, limits, network off, this run's labels); the patch comes back with its result."""
         image = self.image(task)
-        container = self._start(image.name, "rollout")
+        labels = run_labels(self.run_id, "rollout") | {engine_api.LABEL_ROLLOUT: rollout_id}
+        spec = ContainerSpec(image.name, "/testbed", [*self.config.limits.run_args(), *engine_api.label_args(labels)],
+                             diff_command(image.base_commit), self.config.command_timeout_s)
+        return HarnessContainer(spec, image)
+
+    def open_container(self, task: Task, rollout_id: str) -> DockerWorkspace:
+        """A container of the task's image started here (a fresh working tree: the image's), for code that runs
+        commands itself (tests, a trainer-owned loop)."""
+        image = self.image(task)
+        labels = run_labels(self.run_id, "rollout") | {engine_api.LABEL_ROLLOUT: rollout_id}
+        container = self.engine.containers.run(image.name, command=["sleep", "infinity"], detach=True,
+                                               labels=labels, working_dir="/testbed",
+                                               **self.config.limits.sdk_kwargs())
         return DockerWorkspace(container, image, image.base_commit, command_timeout_s=self.config.command_timeout_s)
 
     def grade(self, task: Task, workspace: Workspace) -> GradeResult:

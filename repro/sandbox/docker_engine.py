@@ -23,6 +23,7 @@ LABEL_RUN = "repro.run"
 LABEL_HOST = "repro.host"
 LABEL_PID = "repro.pid"
 LABEL_ROLE = "repro.role"  # "rollout" (a harness acts in it) or "grade" (a patch is graded in it)
+LABEL_ROLLOUT = "repro.rollout"
 KILL_GRACE_S = 5
 
 ENGINE_HELP = ("a Docker engine must be running and reachable (DOCKER_HOST or /var/run/docker.sock): on Debian, "

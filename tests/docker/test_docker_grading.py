@@ -128,7 +128,7 @@ def test_running_out_of_memory_is_an_infrastructure_error(task_and_engine) -> No
 def test_a_patch_cannot_reach_the_network(task_and_engine) -> None:
     task, engine = task_and_engine
     sandbox = DockerSandbox(DockerSandboxConfig(), engine)
-    workspace = sandbox.workspace(task, "net")
+    workspace = sandbox.open_container(task, "net")
     try:
         probe = workspace.run("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), timeout=3)\"",
                               timeout_s=20)
@@ -174,10 +174,10 @@ def test_the_working_tree_is_fresh_for_every_rollout(task_and_engine) -> None:
     task, engine = task_and_engine
     sandbox = DockerSandbox(DockerSandboxConfig(), engine)
     try:
-        first = sandbox.workspace(task, "a")
+        first = sandbox.open_container(task, "a")
         first.run("echo junk >> README.extra && git rm -q -r --cached . >/dev/null")
         assert "README.extra" in first.diff()
-        second = sandbox.workspace(task, "b")
+        second = sandbox.open_container(task, "b")
         assert second.diff() == "" and second.run("git status --porcelain").output == ""
         assert dataclasses.asdict(sandbox.config.limits)["network"] == "none"
     finally:

@@ -1,0 +1,52 @@
+"""The sandbox a job uses, chosen by its config (``sandbox=local`` or ``sandbox=docker``), and what the frozen
+spec records about it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from repro.evaluation.spec import SandboxSpec
+from repro.sandbox.grading_env import grading_identity, grading_python
+from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.tasks.schema import Task
+
+
+def make_sandbox(config: Any) -> Any:
+    """A ``LocalSandbox`` or a ``DockerSandbox`` (the docker SDK is imported only then); a docker sandbox first
+    removes the containers that killed runs of this host left behind."""
+    if isinstance(config, LocalSandboxConfig):
+        return LocalSandbox(config)
+    from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
+    from repro.sandbox.docker_engine import client, sweep_orphans
+
+    if not isinstance(config, DockerSandboxConfig):
+        raise TypeError(f"unknown sandbox config {type(config).__name__}: sandbox=local | docker")
+    engine = client()
+    removed = sweep_orphans(engine)
+    if removed:
+        print(f"sandbox: removed {len(removed)} container(s) left by runs that are gone", flush=True)
+    return DockerSandbox(config, engine)
+
+
+def sandbox_spec(config: Any, tasks: list[Task]) -> SandboxSpec:
+    """The frozen spec's sandbox: limits, the grading interpreter; for docker, every task image's content id."""
+    if isinstance(config, LocalSandboxConfig):
+        limits = config.limits
+        return SandboxSpec("local", config.test_timeout_s, limits.cpu_s, limits.memory_mb, limits.file_size_mb,
+                           settings={"grading": grading_identity(grading_python(config.python))})
+    from repro.sandbox.docker_engine import client, image_id
+    from repro.sandbox.images import require_task_image
+    from repro.sandbox.repos import RepoResolver
+
+    engine = client()
+    resolver = RepoResolver(Path(config.repos_dir).expanduser())
+    images = {t.instance_id: image_id(engine, require_task_image(engine, t, resolver, config.namespace).name)
+              for t in tasks}
+    digest = hashlib.sha256(json.dumps(sorted(images.items())).encode()).hexdigest()
+    settings = {"images": len(images), "images_sha256": digest, "limits": asdict(config.limits),
+                "command_timeout_s": config.command_timeout_s}
+    return SandboxSpec("docker", config.test_timeout_s, 0.0, config.limits.memory_mb, 0, settings=settings)

@@ -1,0 +1,132 @@
+"""The unchanged mini-SWE-agent 2.4.6 acting inside task containers through its own ``DockerEnvironment``: the
+scripted expert (real CPU server, real proxy) looks the line up, edits it and submits on ``locate`` tasks; each
+rollout's patch is read inside its container and graded in a fresh one; no container outlives the run. And a run
+killed with SIGKILL leaves containers that the next run removes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness_adapters.mini_swe_agent import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
+from repro.jobs.stack import CpuServingConfig, running_stack
+from repro.protocols import HarnessRollout
+from repro.proxy import ProxyConfig
+from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
+from repro.sandbox.docker_engine import LABEL_PID, LABEL_RUN
+from repro.sandbox.images import build_task_images
+from repro.sandbox.repos import RepoResolver
+from repro.store import open_store
+from repro.tasks.distributions import TaskDistributionConfig, build_distribution
+from repro.tinymodel.model import TinyModelConfig
+from repro.tinymodel.recipe import build_recipe_model
+from tests.docker_support import docker_engine
+
+TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["procedural"], operators=["recipe"],
+                               difficulty="locate")
+HARNESS = MiniSweAgentConfig(step_limit=4)
+
+
+@pytest.fixture(scope="module")
+def docker_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    engine = docker_engine()
+    root = tmp_path_factory.mktemp("docker-expert")
+    tasks = build_distribution(TASKS)
+    build_task_images(engine, tasks, RepoResolver(Path("repos")), log=lambda _: None)
+    tasks_jsonl = root / "tasks.jsonl"
+    tasks_jsonl.write_text("".join(json.dumps(t.to_row()) + "\n" for t in tasks))
+    model_dir = build_recipe_model(TinyModelConfig(vocab_size=1024, recipe_tokens=True), HARNESS, tasks)
+    sandbox = DockerSandbox(DockerSandboxConfig(), engine)
+    try:
+        with running_stack(model_dir, CpuServingConfig(), ProxyConfig(), root, expert_tasks=tasks_jsonl) as stack, \
+                MiniSweAgentHarness(HARNESS, workers=1) as harness:
+            rollouts, workspaces = [], []
+            for i, task in enumerate(tasks):
+                rollout_id = f"docker-expert-{i}"
+                resp = httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout_id,
+                                                                       "task_id": task.instance_id, "mode": "eval"})
+                assert resp.status_code == 201, resp.text
+                workspace = sandbox.workspace(task, rollout_id)
+                workspaces.append(workspace)
+                rollouts.append(HarnessRollout(rollout_id, task, workspace.path,
+                                               f"{stack.proxy_url}/rollouts/{rollout_id}/v1",
+                                               stack.served_model_name, root / "harness" / rollout_id, 120.0,
+                                               container=workspace.container_spec))
+            results = harness.run(rollouts, concurrency=3)
+            for workspace, result in zip(workspaces, results, strict=True):
+                workspace.adopt(result)
+            grades = [sandbox.grade(task, workspace) for task, workspace in zip(tasks, workspaces, strict=True)]
+            left = _gone_within(engine, sandbox.run_id, 30.0)  # mini stops its containers in the background
+    finally:
+        sandbox.close()
+    return {"tasks": tasks, "results": results, "grades": grades, "workspaces": workspaces, "left": left,
+            "store": root / "traces.sqlite"}
+
+
+def _gone_within(engine, run_id: str, seconds: float) -> list:
+    deadline = time.monotonic() + seconds
+    while (left := engine.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})) and \
+            time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+def test_the_harness_acts_inside_the_task_container_and_resolves(docker_run: dict) -> None:
+    for task, result, grade, workspace in zip(docker_run["tasks"], docker_run["results"], docker_run["grades"],
+                                              docker_run["workspaces"], strict=True):
+        assert result.status == "finished" and result.exit_status == "Submitted", result
+        assert grade.outcome == "resolved", (task.instance_id, grade.reason)
+        trajectory = json.loads(Path(result.trajectory_path).read_text())
+        environment = trajectory["info"]["config"]
+        assert environment["environment_type"] == "minisweagent.environments.docker.DockerEnvironment"
+        assert environment["environment"]["image"] == workspace.image.name
+        assert "--network" in environment["environment"]["run_args"]
+        assert workspace.diff().startswith("diff --git") and result.n_model_calls >= 3
+
+
+def test_every_call_is_recorded_under_its_rollout(docker_run: dict) -> None:
+    store = open_store(docker_run["store"])
+    for i, result in enumerate(docker_run["results"]):
+        calls = store.calls(f"docker-expert-{i}")
+        assert len(calls) == result.n_model_calls >= 3
+
+
+def test_the_harness_removed_its_containers(docker_run: dict) -> None:
+    assert docker_run["left"] == []
+
+
+def _run_containers(engine, pid: int) -> list:
+    return engine.containers.list(all=True, filters={"label": f"{LABEL_PID}={pid}"})
+
+
+def test_a_run_killed_with_sigkill_leaves_nothing_after_the_next_run(tmp_path: Path) -> None:
+    engine = docker_engine()
+    overrides = ["experiment=eval_bundled", "sandbox=docker", "tasks.n_tasks=3", "tasks.families=[procedural]",
+                 "eval.k=1", "harness.step_limit=40", f"hydra.run.dir={tmp_path}/run"]
+    build_task_images(engine, build_distribution(TaskDistributionConfig(split="test", n_tasks=3,
+                                                                        families=["procedural"])),
+                      RepoResolver(Path("repos")), log=lambda _: None)
+    proc = subprocess.Popen([sys.executable, "-m", "repro.cli", "run", *overrides], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not _run_containers(engine, proc.pid) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert _run_containers(engine, proc.pid), "the run started no container"
+    os.killpg(proc.pid, signal.SIGKILL)  # the run and its workers: nobody is left to clean up
+    proc.wait()
+    time.sleep(1)
+    assert _run_containers(engine, proc.pid), "containers vanished without a sweep: the test shows nothing"
+    second = subprocess.run([sys.executable, "-m", "repro.cli", "run", *overrides[:-1], "tasks.n_tasks=1",
+                             f"hydra.run.dir={tmp_path}/second"], capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "left by runs that are gone" in second.stdout
+    assert _run_containers(engine, proc.pid) == []
