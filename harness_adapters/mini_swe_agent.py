@@ -305,13 +305,30 @@ def harness_settings(cfg: MiniSweAgentConfig) -> dict[str, Any]:
     return {"agent": agent, "environment": {"timeout": cfg.command_timeout_s}, "model": model}
 
 
-def rollout_settings(task: str, base_url: str, workdir: Path, container: Any = None) -> dict[str, Any]:
+SWEBENCH_CONFIGS = ("config/benchmarks/swebench.yaml", "config/extra/swebench.yaml")  # 2.x, 1.x
+
+
+def swebench_environment(site_packages: Path) -> dict[str, Any]:
+    """The ``environment`` block of the installed mini's own SWE-bench config (how its SWE-bench runner sets up
+    ``DockerEnvironment``: ``cwd``, ``interpreter``, ``env`` such as ``BASH_ENV``), less the class."""
+    for name in SWEBENCH_CONFIGS:
+        path = site_packages / "minisweagent" / name
+        if path.is_file():
+            block = dict((yaml.safe_load(path.read_text()) or {}).get("environment") or {})
+            block.pop("environment_class", None)
+            return block
+    return {}
+
+
+def rollout_settings(task: str, base_url: str, workdir: Path, container: Any = None,
+                     container_base: dict[str, Any] | None = None) -> dict[str, Any]:
     """The per-rollout overlay (last ``-c`` file): the task, the model endpoint, the working directory; with a
-    ``ContainerSpec``, the settings of mini's own ``DockerEnvironment`` (image, cwd, ``docker run`` options)."""
+    ``ContainerSpec``, the settings of mini's own ``DockerEnvironment``: ``container_base`` (its SWE-bench
+    runner's environment block) with this rollout's image, cwd, ``docker run`` options and command timeout."""
     environment: dict[str, Any] = {"cwd": str(workdir)}
     if container is not None:
-        environment = {"image": container.image, "cwd": container.cwd, "run_args": ["--rm", *container.run_args],
-                       "timeout": int(container.command_timeout_s)}
+        environment = {**(container_base or {}), "image": container.image, "cwd": container.cwd,
+                       "run_args": ["--rm", *container.run_args], "timeout": int(container.command_timeout_s)}
     return {
         "run": {"task": task},
         "model": {"model_kwargs": {"api_base": base_url}},

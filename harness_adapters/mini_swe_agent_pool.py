@@ -45,6 +45,7 @@ from harness_adapters.mini_swe_agent import (
     is_v1,
     litellm_model_name,
     rollout_settings,
+    swebench_environment,
     write_harness_config,
     write_yaml,
 )
@@ -201,7 +202,7 @@ class MiniSweAgentHarness:
         rollout_config = output_dir / "config" / ROLLOUT_CONFIG_NAME
         rollout_config.parent.mkdir(parents=True, exist_ok=True)
         write_yaml(rollout_config, rollout_settings(rollout.task.problem_statement, rollout.base_url, workdir,
-                                                    rollout.container))
+                                                    rollout.container, swebench_environment(self._env.site_packages)))
         trajectory = output_dir / TRAJECTORY_NAME
         trajectory.unlink(missing_ok=True)
         shared = [self._config_dir / name for name in CONFIG_NAMES.values()]

@@ -24,9 +24,10 @@ from repro.sandbox import docker_engine as engine_api
 from repro.sandbox.docker_engine import ContainerLimits, ExecResult, exec_bounded, put_file, run_labels
 from repro.sandbox.eval_script import GRADING_ENV, eval_spec, test_exit_code
 from repro.sandbox.grading import LOG_TAIL_CHARS, added_hook_files, decide, protected_paths
-from repro.sandbox.images import BUNDLED_NAMESPACE, TaskImage, require_task_image
+from repro.sandbox.images import BUNDLED_NAMESPACE, TaskImage, require_task_image, swebench_image_name
 from repro.sandbox.pytest_runner import TestRun
 from repro.sandbox.repos import RepoResolver
+from repro.tasks.materialize import REPO_OWNER
 from repro.tasks.schema import Task
 
 PATCH_PATH = "/tmp/patch.diff"
@@ -39,7 +40,9 @@ class DockerSandboxConfig:
     """Images, limits and bounds of the docker sandbox."""
 
     repos_dir: str = "repos"  # where bundled task repositories resolve (image tags hash their base trees)
-    namespace: str = BUNDLED_NAMESPACE  # image namespace (swebench's is "swebench")
+    bundled_namespace: str = BUNDLED_NAMESPACE  # bundled tasks' images (`repro images build`)
+    namespace: str = "swebench"  # other rows without an ``image_name``: swebench's instance image naming
+    tag: str = "latest"  # ... and tag (pin by digest: the frozen spec records each image's content id)
     limits: ContainerLimits = field(default_factory=ContainerLimits)
     test_timeout_s: float = 300.0  # wall-clock bound of one eval script
     command_timeout_s: float = 60.0  # wall-clock bound of one command in a rollout's container
@@ -130,7 +133,14 @@ class DockerSandbox:
         self._lock = threading.Lock()
 
     def image(self, task: Task) -> TaskImage:
-        return require_task_image(self.engine, task, self.resolver, self.config.namespace)
+        """The task's image: bundled tasks' from ``repro images build``; a row's ``image_name`` (SWE-smith) or
+        ``docker_image``; else swebench's instance image name. :class:`ImageMissing` says how to get it."""
+        if task.repo.split("/", 1)[0] == REPO_OWNER:
+            return require_task_image(self.engine, task, self.resolver, self.config.bundled_namespace)
+        name = task.extra.get("image_name") or task.extra.get("docker_image") or \
+            swebench_image_name(task.instance_id, self.config.namespace, self.config.tag)
+        engine_api.image_id(self.engine, name)
+        return TaskImage(task.instance_id, name, task.base_commit)
 
     def _start(self, image: str, role: str) -> Any:
         return self.engine.containers.run(image, command=["sleep", "infinity"], detach=True,

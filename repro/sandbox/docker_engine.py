@@ -113,8 +113,8 @@ def image_id(engine: Any, image: str) -> str:
         return str(engine.images.get(image).id)
     except docker.errors.ImageNotFound as exc:
         raise ImageMissing(f"image {image!r} is not on this Docker engine: build the bundled ones with "
-                           "`repro images build`; SWE-bench images come from `docker pull` of "
-                           "swebench/sweb.eval.x86_64.<id> (or swebench's own build)") from exc
+                           f"`repro images build`; SWE-bench's with `docker pull {image}` or swebench's own build "
+                           "(python -m swebench.harness.prepare_images --instance_ids ...)") from exc
 
 
 @dataclass

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from repro.evaluation.spec import SandboxSpec
@@ -38,15 +37,24 @@ def sandbox_spec(config: Any, tasks: list[Task]) -> SandboxSpec:
         limits = config.limits
         return SandboxSpec("local", config.test_timeout_s, limits.cpu_s, limits.memory_mb, limits.file_size_mb,
                            settings={"grading": grading_identity(grading_python(config.python))})
-    from repro.sandbox.docker_engine import client, image_id
-    from repro.sandbox.images import require_task_image
-    from repro.sandbox.repos import RepoResolver
+    from repro.sandbox.docker import DockerSandbox
 
-    engine = client()
-    resolver = RepoResolver(Path(config.repos_dir).expanduser())
-    images = {t.instance_id: image_id(engine, require_task_image(engine, t, resolver, config.namespace).name)
-              for t in tasks}
+    box = DockerSandbox(config)
+    images = {t.instance_id: _content_id(box, t) for t in tasks}
+    missing = sorted(i for i, content in images.items() if content is None)
+    if missing:  # their rollouts end as infrastructure failures naming the image; the spec says so
+        print(f"sandbox: {len(missing)} task image(s) missing, e.g. for {missing[0]}: build or pull them first",
+              flush=True)
     digest = hashlib.sha256(json.dumps(sorted(images.items())).encode()).hexdigest()
-    settings = {"images": len(images), "images_sha256": digest, "limits": asdict(config.limits),
-                "command_timeout_s": config.command_timeout_s}
+    settings = {"images": len(images), "images_missing": len(missing), "images_sha256": digest,
+                "limits": asdict(config.limits), "command_timeout_s": config.command_timeout_s}
     return SandboxSpec("docker", config.test_timeout_s, 0.0, config.limits.memory_mb, 0, settings=settings)
+
+
+def _content_id(box: Any, task: Task) -> str | None:
+    from repro.sandbox.docker_engine import ImageMissing, image_id
+
+    try:
+        return image_id(box.engine, box.image(task).name)
+    except ImageMissing:
+        return None

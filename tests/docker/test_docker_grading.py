@@ -142,7 +142,7 @@ def test_a_patch_cannot_reach_the_network(task_and_engine) -> None:
 
 def test_a_missing_image_names_it_and_how_to_build_it(task_and_engine) -> None:
     task, engine = task_and_engine
-    sandbox = DockerSandbox(DockerSandboxConfig(namespace="repro-absent"), engine)
+    sandbox = DockerSandbox(DockerSandboxConfig(bundled_namespace="repro-absent"), engine)
     result = sandbox.grade_patch(task, task.patch)
     assert result.outcome == "error" and "repro images build" in result.reason and "repro-absent" in result.reason
 

@@ -110,16 +110,16 @@ def _run_containers(engine, pid: int) -> list:
 
 def test_a_run_killed_with_sigkill_leaves_nothing_after_the_next_run(tmp_path: Path) -> None:
     engine = docker_engine()
-    overrides = ["experiment=eval_bundled", "sandbox=docker", "tasks.n_tasks=3", "tasks.families=[procedural]",
-                 "eval.k=1", "harness.step_limit=40", f"hydra.run.dir={tmp_path}/run"]
-    build_task_images(engine, build_distribution(TaskDistributionConfig(split="test", n_tasks=3,
+    overrides = ["experiment=eval_bundled", "sandbox=docker", "tasks.n_tasks=8", "tasks.families=[procedural]",
+                 "eval.k=1", "eval.concurrency=4", "harness.step_limit=40", f"hydra.run.dir={tmp_path}/run"]
+    build_task_images(engine, build_distribution(TaskDistributionConfig(split="test", n_tasks=8,
                                                                         families=["procedural"])),
                       RepoResolver(Path("repos")), log=lambda _: None)
     proc = subprocess.Popen([sys.executable, "-m", "repro.cli", "run", *overrides], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 240
-    while not _run_containers(engine, proc.pid) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
+    while len(_run_containers(engine, proc.pid)) < 3 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)  # several rollouts in flight: some container is mid-rollout, not being stopped
     assert _run_containers(engine, proc.pid), "the run started no container"
     os.killpg(proc.pid, signal.SIGKILL)  # the run and its workers: nobody is left to clean up
     proc.wait()
