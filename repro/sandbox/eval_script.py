@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass
 
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
@@ -79,12 +80,32 @@ def swebench_knows(task: Task) -> bool:
     return task.version in MAP_REPO_VERSION_TO_SPECS.get(task.repo, {})
 
 
+def swebench_test_spec(task: Task) -> Any:
+    """swebench's ``TestSpec`` for a SWE-bench row, as ``make_test_spec`` builds it but without the image-building
+    scripts (``make_env_script_list`` fetches the repository's requirements over the network; an evaluation
+    uses images that are already built)."""
+    from swebench.harness.test_spec.test_spec import (
+        MAP_REPO_TO_EXT,
+        MAP_REPO_VERSION_TO_SPECS,
+        TestSpec,
+        make_eval_script_list,
+    )
+
+    row = task.to_row()
+    specs = MAP_REPO_VERSION_TO_SPECS[task.repo][task.version]
+    eval_list = make_eval_script_list(row, specs, "testbed", TESTBED, task.base_commit, task.test_patch)
+    return TestSpec(instance_id=task.instance_id, repo=task.repo, env_script_list=[], repo_script_list=[],
+                    eval_script_list=eval_list, version=task.version, arch="x86_64", FAIL_TO_PASS=task.FAIL_TO_PASS,
+                    PASS_TO_PASS=task.PASS_TO_PASS, language=MAP_REPO_TO_EXT[task.repo],
+                    docker_specs=specs.get("docker_specs", {}), namespace=None, base_image_tag="latest",
+                    env_image_tag="latest", instance_image_tag="latest")
+
+
 def swebench_eval_spec(task: Task) -> EvalSpec:
     """swebench's eval script and the repository's log parser for a SWE-bench row."""
     from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
-    from swebench.harness.test_spec.test_spec import make_test_spec
 
-    spec = make_test_spec(task.to_row())
+    spec = swebench_test_spec(task)
     parser = MAP_REPO_TO_PARSER[task.repo]
     return EvalSpec(spec.eval_script, lambda log: parser(test_section(log), spec), "swebench")
 
