@@ -3,9 +3,12 @@ PASS_TO_PASS test."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import io
 import re
 import shutil
+import tarfile
 import uuid
 from typing import Any
 
@@ -69,3 +72,49 @@ def p2p_breaking_patch(sandbox: LocalSandbox, task: Task) -> str | None:
         return None
     finally:
         workspace.cleanup()
+
+
+# A SWE-bench instance image's layout, made here (the published images cannot be pulled on this machine): the
+# repository at base_commit in /testbed (its own history), a conda env named testbed that /root/.bashrc activates.
+# The env is a stand-in (a shell function `conda` and PATH), the rest is swebench's own eval script and log parser.
+CONDA_SHIM = ("conda() { :; }\nexport PATH=/opt/miniconda3/envs/testbed/bin:$PATH PYTHONPATH=/testbed "
+              "PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1\n")
+SWEBENCH_LIKE = {"repo": "pallets/flask", "version": "3.1"}  # a repo swebench knows: pytest -rA, its parser
+
+
+def _layout_files() -> bytes:
+    """The conda stand-in: ``activate`` (a no-op ``conda`` and the env's PATH), ``python``, ``/root/.bashrc``."""
+    buffer = io.BytesIO()
+    bashrc = "source /opt/miniconda3/bin/activate\nconda activate testbed\n"
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        link = tarfile.TarInfo("opt/miniconda3/envs/testbed/bin/python")
+        link.type, link.linkname = tarfile.SYMTYPE, "/usr/bin/python3"
+        tar.addfile(link)
+        for path, text in (("opt/miniconda3/bin/activate", CONDA_SHIM), ("root/.bashrc", bashrc)):
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(text.encode()), 0o644
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return buffer.getvalue()
+
+
+def swebench_layout_row(engine: Any, task: Task, number: int) -> Task:
+    """A SWE-bench-schema row (fixture: ``repo``/``version`` of a repository swebench knows, a synthetic instance id)
+    for a bundled task, and its image in swebench's naming with the instance image layout."""
+    from repro.sandbox.images import _tar_dir, base_image_name, swebench_image_name
+    from repro.sandbox.local import LocalSandboxConfig
+
+    row = dataclasses.replace(task, instance_id=f"pallets__flask-{90000 + number}", repo_path=None,
+                              **SWEBENCH_LIKE, extra={"fixture": "synthetic row in SWE-bench's schema"})
+    local = LocalSandbox(LocalSandboxConfig())
+    workspace = local.workspace(task, f"layout-{number}")
+    container = engine.containers.create(base_image_name(), command=["true"], network_mode="none")
+    try:
+        container.put_archive("/", _tar_dir(workspace.path, "testbed"))
+        container.put_archive("/", _layout_files())
+        repository, tag = swebench_image_name(row.instance_id, "swebench", "latest").rsplit(":", 1)
+        container.commit(repository, tag, changes=["WORKDIR /testbed"])
+    finally:
+        container.remove(force=True)
+        workspace.cleanup()
+        local.close()
+    return dataclasses.replace(row, base_commit=workspace.base_commit)

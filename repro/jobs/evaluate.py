@@ -28,7 +28,7 @@ from repro.evaluation import (
     write_preds,
 )
 from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
-from repro.jobs.stack import CpuServingConfig, Stack, running_stack
+from repro.jobs.stack import CpuServingConfig, EndpointServingConfig, Stack, running_stack
 from repro.proxy import ProxyConfig
 from repro.report.eval_table import run_markdown
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
@@ -146,7 +146,8 @@ def evaluate_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Proxy
     with get_harness(harness_name, harness, workers=1) as agent:
         spec = build_spec(agent.identity(), name, task_list, agent.cfg, sandbox,
                           eval, getattr(tasks, "seed", None), serving.served_model_name)
-        model_dir, model_name = _model(model, eval, task_list)
+        model_dir, model_name = (Path(), serving.served_model_name) if isinstance(serving, EndpointServingConfig) \
+            else _model(model, eval, task_list)
         with running_stack(model_dir, serving, proxy, run_dir) as stack:
             box = make_sandbox(sandbox)
             try:

@@ -29,6 +29,17 @@ class CpuServingConfig:
 
 
 @dataclass
+class EndpointServingConfig:
+    """A model server that already runs (a vLLM server, any OpenAI-compatible endpoint): the job starts only the
+    proxy in front of it. Token ids and logprobs are recorded when the endpoint returns them (vLLM:
+    ``return_token_ids``)."""
+
+    url: str = "???"  # e.g. http://127.0.0.1:8000 (no /v1)
+    served_model_name: str = "???"
+    vocab_size: int | None = None  # the proxy's token-id bound; None: not checked
+
+
+@dataclass
 class Stack:
     model_dir: Path
     server_url: str
@@ -52,7 +63,12 @@ def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig
     """Start the CPU server and the proxy (logs in ``run_dir``); stop both on exit.
 
     ``expert_tasks`` (else ``serving.expert_tasks``), a tasks JSONL, makes the server the scripted expert;
-    ``server_args``: extra server flags (``--expert-slip-rate``...)."""
+    ``server_args``: extra server flags (``--expert-slip-rate``...). With ``EndpointServingConfig`` no server is
+    started: the proxy forwards to the endpoint."""
+    if isinstance(serving, EndpointServingConfig):
+        with _proxy_only(serving, proxy, run_dir) as stack:
+            yield stack
+        return
     server_port = serving.port or free_port()
     expert = expert_tasks or serving.expert_tasks
     server = start_cpu_server_process(
@@ -75,3 +91,17 @@ def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig
     finally:
         for proc in reversed(procs):
             stop_process(proc)
+
+
+@contextlib.contextmanager
+def _proxy_only(serving: EndpointServingConfig, proxy: ProxyConfig, run_dir: Path) -> Iterator[Stack]:
+    url = serving.url.rstrip("/").removesuffix("/v1")
+    proxy_cfg = ProxyConfig(**{**asdict(proxy), "port": proxy.port or free_port(), "upstream_url": url,
+                               "store_path": str(run_dir / "traces.sqlite"),
+                               "upstream_model": serving.served_model_name,
+                               "vocab_size": proxy.vocab_size or serving.vocab_size})
+    proc = start_proxy_process(proxy_cfg, log_path=run_dir / "proxy.log")
+    try:
+        yield Stack(Path(), url, f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg, serving.served_model_name)
+    finally:
+        stop_process(proc)

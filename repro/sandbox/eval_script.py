@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
