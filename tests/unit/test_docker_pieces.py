@@ -12,9 +12,9 @@ from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
 from harness_adapters.mini_swe_agent import rollout_settings, swebench_environment
 from repro.protocols import ContainerSpec
+from repro.sandbox import eval_script
 from repro.sandbox.docker import diff_command, drop_files
 from repro.sandbox.docker_engine import ContainerLimits, bounded, label_args, run_labels
-from repro.sandbox import eval_script
 from repro.sandbox.eval_script import eval_spec
 from repro.sandbox.images import swebench_image_name
 from repro.tasks.loaders import load_tasks
