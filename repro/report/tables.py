@@ -132,5 +132,9 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
         written += write_before_after_tables(by_kind["before_after"], results)
     if "loop_comparison" in by_kind:
         written += write_loop_comparison_tables(by_kind["loop_comparison"], results)
+    if "eval_docker" in by_kind:
+        from repro.report.eval_docker import write_eval_docker_tables
+
+        written += write_eval_docker_tables(by_kind["eval_docker"], results)
     append_failures(written, find_failures(outputs))
     return written

@@ -36,7 +36,7 @@ from repro.sandbox.repos import RepoResolver, git, make_agent_copy, remove_tree
 from repro.tasks.schema import Task
 
 DEBIAN_SUITE = "bookworm"
-OS_PACKAGES = ("python3", "python3-pip", "git", "patch")
+OS_PACKAGES = ("python3", "python-is-python3", "python3-pip", "git", "patch")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 APT_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
 LABEL_BASE_COMMIT = "repro.base_commit"

@@ -1,0 +1,119 @@
+"""``experiment=eval_docker``: one checkpoint, the same held-out tasks, evaluated under ``sandbox=local`` and
+``sandbox=docker`` in one run (one model server and proxy, the real mini-SWE-agent), plus the container's own
+cost per rollout measured side by side: start, one command, teardown (docker) vs working copy, one command,
+removal (local).
+
+Both arms use one frozen spec apart from the sandbox (so their fingerprints differ only there) and the same
+per-(task, sample) seeds, so their per-task pass rates pair up; the table gives docker - local with a paired
+interval. Task images are built first if missing (cached by content hash; the build time is reported).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from harness_adapters.registry import get_harness
+from repro.evaluation import eval_metrics, write_metrics
+from repro.evaluation.paired import paired_summary
+from repro.jobs.evaluate import EvalConfig, TaskFileConfig, _model, build_spec, load_task_set, run_frozen_eval
+from repro.jobs.stack import CpuServingConfig, running_stack
+from repro.proxy import ProxyConfig
+from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
+from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.sandbox.select import make_sandbox
+from repro.tasks.distributions import TaskDistributionConfig
+from repro.tasks.schema import Task
+from repro.tinymodel.model import TinyModelConfig
+
+ARMS = ("local", "docker")
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    pick = (lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]) if ordered else (lambda q: 0.0)
+    return {"n": len(ordered), "median_s": statistics.median(ordered) if ordered else 0.0, "p90_s": pick(0.9),
+            "mean_s": statistics.fmean(ordered) if ordered else 0.0}
+
+
+def _timed(fn: Any) -> tuple[Any, float]:
+    started = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - started
+
+
+def container_costs(docker: DockerSandbox, local: LocalSandbox, tasks: list[Task], commands: int) -> dict[str, Any]:
+    """Per rollout, measured here: make the workspace, run ``true`` ``commands`` times, remove it."""
+    times: dict[str, dict[str, list[float]]] = {arm: {"start": [], "command": [], "teardown": []} for arm in ARMS}
+    for i, task in enumerate(tasks):
+        workspace, seconds = _timed(lambda t=task, i=i: docker.open_container(t, f"overhead-{i}"))
+        times["docker"]["start"].append(seconds)
+        for _ in range(commands):
+            times["docker"]["command"].append(_timed(lambda w=workspace: w.run("true"))[1])
+        times["docker"]["teardown"].append(_timed(workspace.cleanup)[1])
+        copy, seconds = _timed(lambda t=task, i=i: local.workspace(t, f"overhead-{i}"))
+        times["local"]["start"].append(seconds)
+        for _ in range(commands):
+            times["local"]["command"].append(_timed(lambda c=copy: local.run(c, "true", 30))[1])
+        times["local"]["teardown"].append(_timed(copy.cleanup)[1])
+    return {arm: {step: _quantiles(values) for step, values in steps.items()} for arm, steps in times.items()}
+
+
+def _rollout_times(reports: list[Any]) -> dict[str, Any]:
+    return {"harness": _quantiles([r.harness_duration_s for r in reports]),
+            "grade": _quantiles([r.grade_duration_s for r in reports])}
+
+
+def _per_task(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics["per_task"].items() if v is not None}
+
+
+def eval_docker_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: Any,
+                    tasks: TaskDistributionConfig | TaskFileConfig, local: LocalSandboxConfig,
+                    docker: DockerSandboxConfig, eval: EvalConfig, harness_name: str | None, run_dir: Path,
+                    overhead_tasks: int = 20, overhead_commands: int = 5) -> dict[str, Any]:
+    """Evaluate one checkpoint under both sandboxes in one run; metrics.json holds both arms and the costs."""
+    from repro.sandbox.docker_engine import client
+    from repro.sandbox.images import build_task_images
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # swebench's import turns on INFO logging globally
+    run_dir, started = Path(run_dir), time.time()
+    name, task_list = load_task_set(tasks)
+    build = build_task_images(client(), task_list, LocalSandbox(local).resolver)
+    arms: dict[str, Any] = {}
+    with get_harness(harness_name, harness, workers=1) as agent:
+        model_dir, model_name = _model(model, eval, task_list)
+        with running_stack(model_dir, serving, proxy, run_dir) as stack:
+            for arm, config in (("local", local), ("docker", docker)):
+                spec = build_spec(agent.identity(), name, task_list, agent.cfg, config, eval,
+                                  getattr(tasks, "seed", None), serving.served_model_name)
+                box, phase_started = make_sandbox(config), time.time()
+                try:
+                    reports, _ = run_frozen_eval(run_dir / arm, run_dir / "traces.sqlite", spec, eval, task_list,
+                                                 stack, agent, box, model_name)
+                finally:
+                    box.close()
+                arms[arm] = eval_metrics(reports, spec, eval.experiment, model_name, started_at=phase_started,
+                                         durations_s={"evaluation": time.time() - phase_started})
+                arms[arm]["rollout_times"] = _rollout_times(reports)
+    local_box, docker_box = LocalSandbox(local), DockerSandbox(docker)
+    try:
+        costs = container_costs(docker_box, local_box, task_list[:overhead_tasks], overhead_commands)
+    finally:
+        docker_box.close()
+        local_box.close()
+    metrics = {"kind": "eval_docker", "experiment": eval.experiment, "table": eval.experiment, "model": model_name,
+               "task_distribution": name, "k": eval.k, "temperature": eval.temperature, "arms": arms,
+               "docker_minus_local": paired_summary(_per_task(arms["local"]), _per_task(arms["docker"])),
+               "container_costs": costs, "images": {k: v for k, v in build.items() if k != "images"},
+               "docker_limits": dataclasses.asdict(docker.limits), "started_at": started,
+               "wall_s": time.time() - started, "run_dir": str(run_dir)}
+    write_metrics(run_dir, metrics)
+    from repro.report.eval_docker import run_markdown
+
+    print(f"# {metrics['table']}\n\n{run_markdown([metrics])}", flush=True)
+    return metrics
