@@ -327,8 +327,12 @@ def rollout_settings(task: str, base_url: str, workdir: Path, container: Any = N
     runner's environment block) with this rollout's image, cwd, ``docker run`` options and command timeout."""
     environment: dict[str, Any] = {"cwd": str(workdir)}
     if container is not None:
-        environment = {**(container_base or {}), "image": container.image, "cwd": container.cwd,
-                       "run_args": ["--rm", *container.run_args], "timeout": int(container.command_timeout_s)}
+        base = dict(container_base or {})
+        timeout = int(container.command_timeout_s)
+        # mini's timeout stops only its `docker exec` client; coreutils' timeout, just after it, stops the command
+        interpreter = ["timeout", "--kill-after", "5", str(timeout + 5), *base.get("interpreter", ["bash", "-lc"])]
+        environment = {**base, "image": container.image, "cwd": container.cwd, "interpreter": interpreter,
+                       "run_args": ["--rm", *container.run_args], "timeout": timeout}
     return {
         "run": {"task": task},
         "model": {"model_kwargs": {"api_base": base_url}},

@@ -130,3 +130,41 @@ def test_a_run_killed_with_sigkill_leaves_nothing_after_the_next_run(tmp_path: P
     assert second.returncode == 0, second.stderr[-2000:]
     assert "left by runs that are gone" in second.stdout
     assert _run_containers(engine, proc.pid) == []
+
+
+def _leftover_sleeps(engine, interpreter_bound: bool, tmp_path: Path) -> str:
+    """Run `sleep 300` through mini's own DockerEnvironment with a 2 s command timeout, then list what still runs
+    in its container 9 s later."""
+    from harness_adapters.mini_swe_agent import ensure_mini_swe_agent_env, rollout_settings, swebench_environment
+    from repro.protocols import ContainerSpec
+    from repro.sandbox.docker_engine import label_args, run_labels
+
+    env = ensure_mini_swe_agent_env("2.4.6")
+    labels = run_labels(f"bound-{interpreter_bound}-{os.getpid()}", "rollout")
+    spec = ContainerSpec("repro/base:" + docker_base_tag(engine), "/", ["--network", "none", *label_args(labels)],
+                         "true", 2.0)
+    settings = rollout_settings("", "http://unused", Path("/"), spec, swebench_environment(env.site_packages))
+    environment = settings["environment"]
+    if not interpreter_bound:
+        environment["interpreter"] = environment["interpreter"][4:]
+    script = ("import json, sys, time\nfrom minisweagent.environments.docker import DockerEnvironment\n"
+              "e = DockerEnvironment(**json.loads(sys.argv[1]))\n"
+              "out = e.execute({'command': 'sleep 300'})\ntime.sleep(9)\n"
+              "print(e.execute({'command': 'cat /proc/[0-9]*/cmdline | tr \"\\\\0\" \" \"'})['output'])\n"
+              "import subprocess; subprocess.run(['docker', 'rm', '-f', e.container_id], capture_output=True)\n")
+    proc = subprocess.run([str(env.python), "-c", script, json.dumps(environment)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def docker_base_tag(engine) -> str:
+    from repro.sandbox.images import base_image_name
+
+    return base_image_name().split(":", 1)[1]
+
+
+def test_a_command_past_its_timeout_is_stopped_inside_the_container(tmp_path: Path) -> None:
+    engine = docker_engine()
+    assert "sleep 300" not in _leftover_sleeps(engine, True, tmp_path)
+    assert "sleep 300" in _leftover_sleeps(engine, False, tmp_path)  # mini's own timeout leaves it running

@@ -105,6 +105,6 @@ def test_the_harness_gets_its_own_swebench_environment_with_this_rollouts_contai
     spec = ContainerSpec("img:tag", "/testbed", ["--network", "none"], diff_command("abc"), 30.0)
     environment = rollout_settings("task", "http://proxy/v1", Path("/ignored"), spec, base)["environment"]
     assert environment == {**base, "image": "img:tag", "cwd": "/testbed", "run_args": ["--rm", "--network", "none"],
-                           "timeout": 30}
+                           "timeout": 30, "interpreter": ["timeout", "--kill-after", "5", "35", "bash", "-c"]}
     assert rollout_settings("task", "u", Path("/w"))["environment"] == {"cwd": "/w"}
     assert json.dumps(environment)  # goes into a YAML/JSON config file as is
