@@ -13,23 +13,17 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig
-from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
-from repro.jobs.stack import CpuServingConfig, running_stack
-from repro.protocols import HarnessRollout
-from repro.proxy import ProxyConfig
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from repro.sandbox.docker_engine import LABEL_PID, LABEL_RUN
 from repro.sandbox.images import build_task_images
 from repro.sandbox.repos import RepoResolver
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
-from repro.tinymodel.model import TinyModelConfig
-from repro.tinymodel.recipe import build_recipe_model
 from tests.docker_support import docker_engine
+from tests.expert_support import run_expert
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["procedural"], operators=["recipe"],
                                difficulty="locate")
@@ -39,37 +33,15 @@ HARNESS = MiniSweAgentConfig(step_limit=4)
 @pytest.fixture(scope="module")
 def docker_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     engine = docker_engine()
-    root = tmp_path_factory.mktemp("docker-expert")
-    tasks = build_distribution(TASKS)
-    build_task_images(engine, tasks, RepoResolver(Path("repos")), log=lambda _: None)
-    tasks_jsonl = root / "tasks.jsonl"
-    tasks_jsonl.write_text("".join(json.dumps(t.to_row()) + "\n" for t in tasks))
-    model_dir = build_recipe_model(TinyModelConfig(vocab_size=1024, recipe_tokens=True), HARNESS, tasks)
+    build_task_images(engine, build_distribution(TASKS), RepoResolver(Path("repos")), log=lambda _: None)
     sandbox = DockerSandbox(DockerSandboxConfig(), engine)
+    left: list = []
     try:
-        with running_stack(model_dir, CpuServingConfig(), ProxyConfig(), root, expert_tasks=tasks_jsonl) as stack, \
-                MiniSweAgentHarness(HARNESS, workers=1) as harness:
-            rollouts, workspaces = [], []
-            for i, task in enumerate(tasks):
-                rollout_id = f"docker-expert-{i}"
-                resp = httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout_id,
-                                                                       "task_id": task.instance_id, "mode": "eval"})
-                assert resp.status_code == 201, resp.text
-                workspace = sandbox.workspace(task, rollout_id)
-                workspaces.append(workspace)
-                rollouts.append(HarnessRollout(rollout_id, task, workspace.path,
-                                               f"{stack.proxy_url}/rollouts/{rollout_id}/v1",
-                                               stack.served_model_name, root / "harness" / rollout_id, 120.0,
-                                               container=workspace.container_spec))
-            results = harness.run(rollouts, concurrency=3)
-            for workspace, result in zip(workspaces, results, strict=True):
-                workspace.adopt(result)
-            grades = [sandbox.grade(task, workspace) for task, workspace in zip(tasks, workspaces, strict=True)]
-            left = _gone_within(engine, sandbox.run_id, 30.0)  # mini stops its containers in the background
+        run = run_expert(tmp_path_factory.mktemp("docker-expert"), TASKS, HARNESS, sandbox, "docker-expert",
+                         while_up=lambda box: left.extend(_gone_within(engine, box.run_id, 30.0)))
     finally:
         sandbox.close()
-    return {"tasks": tasks, "results": results, "grades": grades, "workspaces": workspaces, "left": left,
-            "store": root / "traces.sqlite"}
+    return run | {"left": left}
 
 
 def _gone_within(engine, run_id: str, seconds: float) -> list:

@@ -9,7 +9,6 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 from transformers import AutoTokenizer
@@ -20,16 +19,11 @@ from harness_adapters.mini_swe_agent import (
     fixed_prompt_texts,
     harness_tools,
 )
-from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
-from repro.jobs.stack import CpuServingConfig, running_stack
-from repro.protocols import HarnessRollout
-from repro.proxy import ProxyConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.store import open_store
-from repro.tasks.distributions import TaskDistributionConfig, build_distribution
-from repro.tinymodel.model import TinyModelConfig
-from repro.tinymodel.recipe import build_recipe_model
+from repro.tasks.distributions import TaskDistributionConfig
 from repro.tinymodel.vocab import SUBMIT_SUFFIX, fixed_template_texts, tool_call_pieces
+from tests import expert_support
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["procedural"], operators=["recipe"],
                                difficulty="one_step")
@@ -48,32 +42,12 @@ def locate_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def run_expert(root: Path, config: TaskDistributionConfig) -> dict:
-    """The expert's rollouts of ``config``'s tasks through the real harness, and their grades."""
-    tasks = build_distribution(config)
-    tasks_jsonl = root / "tasks.jsonl"
-    tasks_jsonl.write_text("".join(json.dumps(t.to_row()) + "\n" for t in tasks))
-    model_dir = build_recipe_model(TinyModelConfig(vocab_size=1024, recipe_tokens=True), HARNESS, tasks)
+    """The expert's rollouts of ``config``'s tasks through the real harness in the local sandbox, and their grades."""
     sandbox = LocalSandbox(LocalSandboxConfig())
     try:
-        with running_stack(model_dir, CpuServingConfig(), ProxyConfig(), root, expert_tasks=tasks_jsonl) as stack, \
-                MiniSweAgentHarness(HARNESS, workers=1) as harness:
-            rollouts, workspaces = [], []
-            for i, task in enumerate(tasks):
-                rollout_id = f"expert-{i}"
-                resp = httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout_id,
-                                                                       "task_id": task.instance_id, "mode": "eval"})
-                assert resp.status_code == 201, resp.text
-                workspace = sandbox.workspace(task, rollout_id)
-                workspaces.append(workspace)
-                rollouts.append(HarnessRollout(rollout_id, task, workspace.path,
-                                               f"{stack.proxy_url}/rollouts/{rollout_id}/v1",
-                                               stack.served_model_name, root / "harness" / rollout_id, 120.0))
-            results = harness.run(rollouts, concurrency=3)
-            grades = [sandbox.grade(task, workspace) for task, workspace in zip(tasks, workspaces, strict=True)]
+        return expert_support.run_expert(root, config, HARNESS, sandbox)
     finally:
         sandbox.close()
-    return {"tasks": tasks, "results": results, "grades": grades, "store": root / "traces.sqlite",
-            "model_dir": model_dir}
 
 
 def test_every_rollout_submits_one_call_and_resolves(expert_run: dict) -> None:
