@@ -20,7 +20,7 @@ from typing import Any
 from harness_adapters.registry import get_harness
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.paired import paired_summary
-from repro.jobs.evaluate import EvalConfig, TaskFileConfig, _model, build_spec, load_task_set, run_frozen_eval
+from repro.jobs.evaluate import EvalConfig, TaskFileConfig, build_spec, eval_model, load_task_set, run_frozen_eval
 from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.proxy import ProxyConfig
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
@@ -86,7 +86,7 @@ def eval_docker_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Pr
     build = build_task_images(client(), task_list, LocalSandbox(local).resolver)
     arms: dict[str, Any] = {}
     with get_harness(harness_name, harness, workers=1) as agent:
-        model_dir, model_name = _model(model, eval, task_list)
+        model_dir, model_name = eval_model(model, eval, task_list)
         with running_stack(model_dir, serving, proxy, run_dir) as stack:
             for arm, config in (("local", local), ("docker", docker)):
                 spec = build_spec(agent.identity(), name, task_list, agent.cfg, config, eval,

@@ -147,7 +147,7 @@ def evaluate_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Proxy
         spec = build_spec(agent.identity(), name, task_list, agent.cfg, sandbox,
                           eval, getattr(tasks, "seed", None), serving.served_model_name)
         model_dir, model_name = (Path(), serving.served_model_name) if isinstance(serving, EndpointServingConfig) \
-            else _model(model, eval, task_list)
+            else eval_model(model, eval, task_list)
         with running_stack(model_dir, serving, proxy, run_dir) as stack:
             box = make_sandbox(sandbox)
             try:
@@ -176,7 +176,8 @@ def refuse_if_all_infra(reports: list[InstanceReport], run_dir: Path) -> None:
                      f"nothing: {listed} (reports in {run_dir})")
 
 
-def _model(model: TinyModelConfig, ev: EvalConfig, tasks: list[Task]) -> tuple[Path, str]:
+def eval_model(model: TinyModelConfig, ev: EvalConfig, tasks: list[Task]) -> tuple[Path, str]:
+    """The checkpoint to evaluate (``eval.checkpoint``, else the tiny offline model) and its name."""
     if ev.checkpoint:
         path = Path(ev.checkpoint).expanduser()
         if not (path / "config.json").exists():

@@ -59,15 +59,16 @@ def costs_frame(runs: list[dict[str, Any]]) -> pd.DataFrame:
 NOTES = ("One checkpoint, the same held-out tasks and per-(task, sample) seeds, evaluated in the real "
          "mini-SWE-agent under each sandbox in one run (one model server, one proxy). Pass@1 with 95% Wilson "
          "intervals; docker - local is the paired difference of per-task pass rates (bootstrap interval, sign-flip "
-         "p). Costs: start / one command (`true`) / teardown of a workspace, measured in the same run on 20 tasks "
-         "(median and p90); harness per rollout and grading per sample from the evaluation itself.")
+         "p). Costs: start / one command (`true`) / teardown of a workspace, measured in the same run on the first "
+         "{n} tasks (median and p90); harness per rollout and grading per sample from the evaluation itself.")
 
 
 def run_markdown(runs: list[dict[str, Any]]) -> str:
     """The table's body: the results, then the costs."""
     images = runs[-1].get("images", {})
     return "\n\n".join([
-        NOTES, results_frame(runs).to_markdown(index=False),
+        NOTES.format(n=runs[-1]["container_costs"]["docker"]["start"]["n"]),
+        results_frame(runs).to_markdown(index=False),
         "## What a container costs per rollout", costs_frame(runs).to_markdown(index=False),
         f"Images: {images.get('tasks', 0)} task images ({images.get('built', 0)} built in this run, "
         f"{images.get('cached', 0)} cached), base `{images.get('base', '-')}`. Container limits: "

@@ -83,7 +83,7 @@ def _run_containers(engine, pid: int) -> list:
 def test_a_run_killed_with_sigkill_leaves_nothing_after_the_next_run(tmp_path: Path) -> None:
     engine = docker_engine()
     overrides = ["experiment=eval_bundled", "sandbox=docker", "tasks.n_tasks=8", "tasks.families=[procedural]",
-                 "eval.k=1", "eval.concurrency=4", "harness.step_limit=40", f"hydra.run.dir={tmp_path}/run"]
+                 "eval.k=1", "eval.concurrency=4", "harness.step_limit=40", f"run.output_root={tmp_path}/first"]
     build_task_images(engine, build_distribution(TaskDistributionConfig(split="test", n_tasks=8,
                                                                         families=["procedural"])),
                       RepoResolver(Path("repos")), log=lambda _: None)
@@ -98,7 +98,7 @@ def test_a_run_killed_with_sigkill_leaves_nothing_after_the_next_run(tmp_path: P
     time.sleep(1)
     assert _run_containers(engine, proc.pid), "containers vanished without a sweep: the test shows nothing"
     second = subprocess.run([sys.executable, "-m", "repro.cli", "run", *overrides[:-1], "tasks.n_tasks=1",
-                             f"hydra.run.dir={tmp_path}/second"], capture_output=True, text=True, timeout=600)
+                             f"run.output_root={tmp_path}/second"], capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "left by runs that are gone" in second.stdout
     assert _run_containers(engine, proc.pid) == []
