@@ -80,11 +80,8 @@ def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig
     )
     procs: list[subprocess.Popen] = [server]
     try:
-        proxy_cfg = ProxyConfig(**{**asdict(proxy), "port": proxy.port or free_port(),
-                                   "upstream_url": f"http://127.0.0.1:{server_port}",
-                                   "store_path": str(run_dir / "traces.sqlite"),
-                                   "upstream_model": serving.served_model_name,
-                                   "vocab_size": proxy.vocab_size or model_vocab_size(model_dir)})
+        proxy_cfg = _proxy_config(proxy, f"http://127.0.0.1:{server_port}", run_dir, serving.served_model_name,
+                                  model_vocab_size(model_dir))
         procs.append(start_proxy_process(proxy_cfg, log_path=run_dir / "proxy.log"))
         yield Stack(model_dir, f"http://127.0.0.1:{server_port}", f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg,
                     serving.served_model_name)
@@ -93,13 +90,18 @@ def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig
             stop_process(proc)
 
 
+def _proxy_config(proxy: ProxyConfig, upstream_url: str, run_dir: Path, model_name: str,
+                  vocab_size: int | None) -> ProxyConfig:
+    """The proxy of a job's stack: a free port unless set, the run's trace store, the upstream and its model."""
+    return ProxyConfig(**{**asdict(proxy), "port": proxy.port or free_port(), "upstream_url": upstream_url,
+                          "store_path": str(run_dir / "traces.sqlite"), "upstream_model": model_name,
+                          "vocab_size": proxy.vocab_size or vocab_size})
+
+
 @contextlib.contextmanager
 def _proxy_only(serving: EndpointServingConfig, proxy: ProxyConfig, run_dir: Path) -> Iterator[Stack]:
     url = serving.url.rstrip("/").removesuffix("/v1")
-    proxy_cfg = ProxyConfig(**{**asdict(proxy), "port": proxy.port or free_port(), "upstream_url": url,
-                               "store_path": str(run_dir / "traces.sqlite"),
-                               "upstream_model": serving.served_model_name,
-                               "vocab_size": proxy.vocab_size or serving.vocab_size})
+    proxy_cfg = _proxy_config(proxy, url, run_dir, serving.served_model_name, serving.vocab_size)
     proc = start_proxy_process(proxy_cfg, log_path=run_dir / "proxy.log")
     try:
         yield Stack(Path(), url, f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg, serving.served_model_name)

@@ -142,16 +142,20 @@ class DockerSandbox:
         engine_api.image_id(self.engine, name)
         return TaskImage(task.instance_id, name, task.base_commit)
 
-    def _start(self, image: str, role: str) -> Any:
+    def _labels(self, role: str, rollout_id: str | None = None) -> dict[str, str]:
+        labels = run_labels(self.run_id, role)
+        return labels | {engine_api.LABEL_ROLLOUT: rollout_id} if rollout_id is not None else labels
+
+    def _start(self, image: str, role: str, rollout_id: str | None = None) -> Any:
         return self.engine.containers.run(image, command=["sleep", "infinity"], detach=True,
-                                          labels=run_labels(self.run_id, role), working_dir="/testbed",
+                                          labels=self._labels(role, rollout_id), working_dir="/testbed",
                                           **self.config.limits.sdk_kwargs())
 
     def workspace(self, task: Task, rollout_id: str) -> HarnessContainer:
         """Where a harness acts for this rollout: the container spec it starts through its own environment class
         (the task's image, limits, network off, this run's labels); the patch comes back with its result."""
         image = self.image(task)
-        labels = run_labels(self.run_id, "rollout") | {engine_api.LABEL_ROLLOUT: rollout_id}
+        labels = self._labels("rollout", rollout_id)
         spec = ContainerSpec(image.name, "/testbed", [*self.config.limits.run_args(), *engine_api.label_args(labels)],
                              diff_command(image.base_commit), self.config.command_timeout_s)
         return HarnessContainer(spec, image)
@@ -160,10 +164,7 @@ class DockerSandbox:
         """A container of the task's image started here (a fresh working tree: the image's), for code that runs
         commands itself (tests, a trainer-owned loop)."""
         image = self.image(task)
-        labels = run_labels(self.run_id, "rollout") | {engine_api.LABEL_ROLLOUT: rollout_id}
-        container = self.engine.containers.run(image.name, command=["sleep", "infinity"], detach=True,
-                                               labels=labels, working_dir="/testbed",
-                                               **self.config.limits.sdk_kwargs())
+        container = self._start(image.name, "rollout", rollout_id)
         return DockerWorkspace(container, image, image.base_commit, command_timeout_s=self.config.command_timeout_s)
 
     def grade(self, task: Task, workspace: Workspace) -> GradeResult:
