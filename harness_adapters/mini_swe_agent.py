@@ -308,16 +308,21 @@ def harness_settings(cfg: MiniSweAgentConfig) -> dict[str, Any]:
 SWEBENCH_CONFIGS = ("config/benchmarks/swebench.yaml", "config/extra/swebench.yaml")  # 2.x, 1.x
 
 
-def swebench_environment(site_packages: Path) -> dict[str, Any]:
-    """The ``environment`` block of the installed mini's own SWE-bench config (how its SWE-bench runner sets up
-    ``DockerEnvironment``: ``cwd``, ``interpreter``, ``env`` such as ``BASH_ENV``), less the class."""
+def swebench_config(site_packages: Path) -> dict[str, Any]:
+    """The installed mini's own SWE-bench config (what its SWE-bench runner loads), or {} when it has none."""
     for name in SWEBENCH_CONFIGS:
         path = site_packages / "minisweagent" / name
         if path.is_file():
-            block = dict((yaml.safe_load(path.read_text()) or {}).get("environment") or {})
-            block.pop("environment_class", None)
-            return block
+            return dict(yaml.safe_load(path.read_text()) or {})
     return {}
+
+
+def swebench_environment(site_packages: Path) -> dict[str, Any]:
+    """The ``environment`` block of the installed mini's own SWE-bench config (how its SWE-bench runner sets up
+    ``DockerEnvironment``: ``cwd``, ``interpreter``, ``env`` such as ``BASH_ENV``), less the class."""
+    block = dict(swebench_config(site_packages).get("environment") or {})
+    block.pop("environment_class", None)
+    return block
 
 
 def rollout_settings(task: str, base_url: str, workdir: Path, container: Any = None,

@@ -86,6 +86,7 @@ class MiniSweAgentHarness:
     """mini-SWE-agent ``cfg.version`` driven headless through ``workers`` long-lived worker processes."""
 
     name = NAME
+    acts_in_containers = True  # a rollout with a ContainerSpec runs in mini's own DockerEnvironment
 
     def __init__(
         self,
@@ -221,6 +222,7 @@ class MiniSweAgentHarness:
             "output_dir": str(output_dir),
             "timeout_s": rollout.timeout_s,
             "diff_command": rollout.container.diff_command if rollout.container is not None else None,
+            "startup_command": rollout.container.startup_command if rollout.container is not None else "",
         }
 
     def _abort(self) -> None:

@@ -33,6 +33,17 @@ from 2.x:
 - Trajectory (``trajectory_format: mini-swe-agent-1``): written once, at the end; a killed run leaves none.
 - Commands: ``subprocess.run(shell=True)`` in ``mini``'s own process group (killed with it on timeout),
   env = the harness env + ``environment.env``. ``MSWEA_SILENT_STARTUP`` hides its start-up banner.
+
+Inside a task container (``rollout.container`` set, ``sandbox=docker``): ``mini`` cannot select an environment
+class, so each rollout runs :mod:`harness_adapters.mini_swe_agent_v1_docker` with the 1.x Python, which follows
+mini's ``run/extra/swebench_single.py`` (``get_sb_environment``: its own ``DockerEnvironment`` with the environment
+block of its ``config/extra/swebench.yaml``, the start-up command, the ``InteractiveAgent``). The config is that
+runner's: ``config/extra/swebench.yaml`` (its templates; ``mini.yaml``'s instance template needs the local
+environment's ``uname`` variables, which ``DockerEnvironment`` does not provide), the settings overlay, and the
+container's image, ``docker run`` options and command timeout. 1.x's
+``DockerEnvironment`` has no ``interpreter`` setting, so a command past its timeout stops only its ``docker exec``
+client: the command itself runs on inside the container until the rollout's container is removed (at the
+rollout's end, or at its timeout by this harness); the container's CPU, memory and pids limits bound it meanwhile.
 """
 
 from __future__ import annotations
@@ -61,18 +72,21 @@ from harness_adapters.mini_swe_agent import (
     is_v1,
     litellm_model_name,
     rollout_settings,
+    swebench_config,
     trajectory_info,
     write_harness_config,
     write_yaml,
 )
 from harness_adapters.processes import TAIL_CHARS, last_line, run_in_session, run_in_threads
-from repro.protocols import HarnessResult, HarnessRollout
+from repro.protocols import ContainerSpec, HarnessResult, HarnessRollout
 
 __all__ = ["FINISHED_EXIT_STATUSES", "V1_VERSION", "MiniSweAgentV1Harness", "build_command", "merge_configs"]
 
 V1_VERSION = "1.17.5"
 FINISHED_EXIT_STATUSES = ("Submitted", "LimitsExceeded")
 RUN_CONFIG_NAME = "repro-mswea-v1-run.yaml"
+DOCKER_RUNNER = Path(__file__).with_name("mini_swe_agent_v1_docker.py")
+DIFF_NAME = "container.diff"
 ANSWERS_NAME = "repro-mswea-v1-stdin.txt"
 V1_ENV = {"MSWEA_SILENT_STARTUP": "1"}
 
@@ -93,6 +107,15 @@ def rollout_overlay(base_url: str, workdir: Path) -> dict[str, Any]:
     return {k: v for k, v in rollout_settings("", base_url, workdir).items() if k != "run"}
 
 
+def container_overlay(container: ContainerSpec, swebench_block: Mapping[str, Any]) -> dict[str, Any]:
+    """The container part of a 1.x rollout's config: mini's SWE-bench environment block (``cwd``, ``env``, ...)
+    with the rollout's image, ``docker run`` options and command timeout, and its start-up command."""
+    environment = {**swebench_block, "environment_class": "docker", "image": container.image, "cwd": container.cwd,
+                   "run_args": ["--rm", *container.run_args], "timeout": int(container.command_timeout_s)}
+    run = {"env_startup_command": container.startup_command} if container.startup_command else {}
+    return {"environment": environment, "run": run}
+
+
 def limit_answers(cfg: MiniSweAgentConfig) -> str:
     """stdin for ``mini``: its answers to the two new-limit prompts at the step limit (the same limits)."""
     return f"{cfg.step_limit}\n0\n"
@@ -111,6 +134,7 @@ class MiniSweAgentV1Harness:
     """
 
     name = NAME
+    acts_in_containers = True  # a rollout with a ContainerSpec runs in mini's own DockerEnvironment
 
     def __init__(self, cfg: MiniSweAgentConfig | None = None, workers: int = 1, *, env: HarnessEnv | None = None,
                  state_dir: Path | None = None) -> None:
@@ -125,6 +149,9 @@ class MiniSweAgentV1Harness:
         self.version = self._identity.version
         self._base = merge_configs(*(yaml.safe_load((self._config_dir / n).read_text(encoding="utf-8")) or {}
                                      for n in CONFIG_NAMES.values()))
+        settings = self._config_dir / CONFIG_NAMES["settings"]
+        self._container_base = merge_configs(swebench_config(self._env.site_packages),
+                                             yaml.safe_load(settings.read_text(encoding="utf-8")) or {})
         self._answers = self._config_dir / ANSWERS_NAME
         self._answers.write_text(limit_answers(self.cfg))
         self._proc_env = build_process_env(self.cfg, home=self._state / "home", config_dir=self._config_dir) | V1_ENV
@@ -134,8 +161,13 @@ class MiniSweAgentV1Harness:
         return asdict(self._identity)
 
     def run_config(self, rollout: HarnessRollout) -> dict[str, Any]:
-        """The single config file ``mini`` gets for ``rollout``: base + settings + rollout overlay."""
-        return merge_configs(self._base, rollout_overlay(rollout.base_url, Path(rollout.workdir).resolve()))
+        """The single config file ``mini`` gets for ``rollout``: base + settings + rollout overlay; in a container,
+        mini's SWE-bench config (its runner's templates and environment block) + settings + the container."""
+        if rollout.container is None:
+            return merge_configs(self._base, rollout_overlay(rollout.base_url, Path(rollout.workdir).resolve()))
+        overlay = {"model": {"model_kwargs": {"api_base": rollout.base_url}}}
+        block = dict(self._container_base.get("environment") or {})
+        return merge_configs(self._container_base, overlay, container_overlay(rollout.container, block))
 
     def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
         """Run ``rollouts`` with at most ``concurrency`` ``mini`` processes at once; results in order."""
@@ -159,7 +191,10 @@ class MiniSweAgentV1Harness:
         write_yaml(config_path, self.run_config(rollout))
         trajectory = output_dir / TRAJECTORY_NAME
         trajectory.unlink(missing_ok=True)
-        cmd = build_command(self._env, rollout.model_name, trajectory, config_path, rollout.task.problem_statement)
+        if rollout.container is None:
+            cmd = build_command(self._env, rollout.model_name, trajectory, config_path, rollout.task.problem_statement)
+        else:
+            cmd, workdir = self._container_command(rollout, config_path, trajectory), output_dir
         try:
             outcome = run_in_session(cmd, workdir, self._proc_env, output_dir, rollout.timeout_s, stdin=self._answers)
         except OSError as exc:  # e.g. E2BIG: a task over Linux's 128 KiB limit for one argument
@@ -168,9 +203,41 @@ class MiniSweAgentV1Harness:
             run = classify_run(outcome, trajectory, output_dir, cmd, self._identity, rollout.timeout_s,
                             FINISHED_EXIT_STATUSES)
             result = _as_result(rollout.rollout_id, run, output_dir)
+            if rollout.container is not None:
+                _attach_container_diff(result, output_dir / DIFF_NAME, outcome.timed_out, rollout.rollout_id)
         record = asdict(result) | {"identity": self.identity(), "command": cmd}
         (output_dir / RESULT_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")
         return result
+
+
+    def _container_command(self, rollout: HarnessRollout, config_path: Path, trajectory: Path) -> list[str]:
+        """The 1.x docker runner's command line and its request file (the instance as mini's runner reads it)."""
+        output_dir = Path(rollout.output_dir).resolve()
+        task = rollout.task
+        instance = {"instance_id": task.instance_id, "problem_statement": task.problem_statement,
+                    "image_name": rollout.container.image}
+        request = {"config": str(config_path), "instance": instance, "model_name": litellm_model_name(
+            rollout.model_name), "output": str(trajectory), "diff_command": rollout.container.diff_command,
+                   "diff_path": str(output_dir / DIFF_NAME)}
+        request_path = output_dir / "config" / "repro-mswea-v1-docker-request.json"
+        request_path.write_text(json.dumps(request, indent=2) + "\n")
+        (output_dir / DIFF_NAME).unlink(missing_ok=True)
+        return [str(self._env.python), str(DOCKER_RUNNER), str(request_path)]
+
+
+def _attach_container_diff(result: HarnessResult, diff_path: Path, timed_out: bool, rollout_id: str) -> None:
+    """The patch the runner printed inside the container (or why it could not); after a timeout, the rollout's
+    container is removed here (the runner was killed before it could)."""
+    error_path = Path(f"{diff_path}.error")
+    if diff_path.is_file():
+        result.info["diff"] = diff_path.read_text(encoding="utf-8")
+    elif error_path.is_file():
+        result.info["diff_error"] = error_path.read_text(encoding="utf-8")
+    if timed_out:
+        from repro.sandbox.docker_engine import LABEL_ROLLOUT, client, remove_quietly
+
+        engine = client()
+        remove_quietly(engine.containers.list(all=True, filters={"label": f"{LABEL_ROLLOUT}={rollout_id}"}))
 
 
 def _as_result(rollout_id: str, run: HarnessRunResult, output_dir: Path) -> HarnessResult:

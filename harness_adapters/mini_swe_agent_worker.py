@@ -9,9 +9,10 @@ Protocol, one JSON object per line:
 
 - stdin, one request per rollout: ``{"rollout_id", "config_files": [paths, merged in order],
   "cli": {mini.main's keyword options: model_name, environment_class, yolo, cost_limit, exit_immediately,
-  output}, "workdir", "output_dir", "timeout_s", "diff_command"}``; EOF ends the worker. ``diff_command`` (container
-  rollouts, ``environment_class: docker``): run through mini's own ``execute`` after the agent ends, its output
-  returned as ``diff``, then mini's ``cleanup`` removes the container.
+  output}, "workdir", "output_dir", "timeout_s", "diff_command", "startup_command"}``; EOF ends the worker.
+  Container rollouts (``environment_class: docker``): ``startup_command`` runs through mini's own ``execute``
+  before the agent starts (as its SWE-bench runner's ``env_startup_command``); ``diff_command`` after the agent
+  ends, its output returned as ``diff``; then mini's ``cleanup`` removes the container.
 - stdout: ``{"event": "ready", "pid", "mini_version", "import_s"}`` once, then per rollout
   ``{"event": "result", "rollout_id", "outcome": "returned" | "raised" | "timeout", "exit_status",
   "submission", "n_model_calls", "trajectory_path", "duration_s", "cpu_s", "error"[, "diff", "diff_error"]}``; a rollout
@@ -209,6 +210,7 @@ class Worker:
             try:
                 agent, task = build_agent(self._mini, rollout.config_files, rollout.cli)
                 rollout.agent = agent
+                run_startup_command(agent.env, rollout.request.get("startup_command") or "")
                 agent.run(task)
             finally:
                 self._router.bind(None)
@@ -267,6 +269,16 @@ def stop_rollout(rollout: Rollout) -> None:
             with contextlib.suppress(Exception):
                 rollout.agent.env.cleanup()
     kill_commands_under(rollout.request.get("workdir", ""))
+
+
+def run_startup_command(env: Any, command: str) -> None:
+    """The container's start-up command before the agent's first step, as mini's SWE-bench runner runs its
+    ``run.env_startup_command`` (``get_sb_environment``): through the environment, a failure raises."""
+    if not command:
+        return
+    output = env.execute({"command": command})
+    if output.get("returncode") != 0:
+        raise RuntimeError(f"Error executing startup command: {output}")
 
 
 def take_diff_and_clean_up(rollout: Rollout) -> None:

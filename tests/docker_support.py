@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import os
 import re
 import shutil
+import subprocess
 import tarfile
 import uuid
 from typing import Any
@@ -40,9 +42,12 @@ def _engine_or_reason() -> tuple[Any, str | None]:
 
 
 def docker_engine() -> Any:
-    """The engine with the test base image present; skips the calling test (one line why) otherwise."""
+    """The engine with the test base image present; skips the calling test (one line why) otherwise, or fails it
+    under ``REPRO_REQUIRE_DOCKER=1`` (CI)."""
     engine, reason = _engine_or_reason()
     if reason:
+        if os.environ.get("REPRO_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"REPRO_REQUIRE_DOCKER=1: {reason}")
         pytest.skip(reason)
     return engine
 
@@ -118,3 +123,56 @@ def swebench_layout_row(engine: Any, task: Task, number: int) -> Task:
         workspace.cleanup()
         local.close()
     return dataclasses.replace(row, base_commit=workspace.base_commit)
+
+
+# A SWE-smith image's layout, made here from a bundled task: /testbed holds the fixed repository (tests included) on
+# `main`, and a branch named after the instance with a "Bug Patch" commit (the bug) and a "Remove F2P Tests" commit
+# (the FAIL_TO_PASS test files deleted), as SWE-smith's mirrors have; the conda stand-in as above.
+def _git(repo: Any, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.email=fixture@repro", "-c", "user.name=fixture",
+                           *args], capture_output=True, text=True, check=True).stdout
+
+
+def swesmith_layout_row(engine: Any, task: Task, number: int, namespace: str = "repro-fixture") -> Task:
+    """A row in SWE-smith's exact schema for a bundled task (loaded through the task loader), and its image under
+    the row's ``image_name``."""
+    from repro.sandbox.images import _tar_dir, base_image_name
+    from repro.sandbox.local import LocalSandboxConfig
+    from repro.tasks.loaders import row_to_task
+
+    local = LocalSandbox(LocalSandboxConfig())
+    workspace = local.workspace(task, f"smith-layout-{number}")
+    repo = workspace.path
+    try:
+        for patch in (task.test_patch, task.patch):
+            if patch.strip():
+                assert not apply_patch(repo, patch), f"{task.instance_id}: fixture patch does not apply"
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", "Initial commit")
+        _git(repo, "checkout", "-q", "-B", "main")
+        commit8 = _git(repo, "rev-parse", "HEAD").strip()[:8]
+        owner, name = "repro-fixture", task.instance_id.split("-")[0] + f"{number}"
+        instance_id = f"{owner}__{name}.{commit8}.func_pm_fixture__{number:08d}"
+        _git(repo, "checkout", "-q", "-b", instance_id)
+        subprocess.run(["git", "-C", str(repo), "apply", "-R", "-"], input=task.patch, text=True, check=True)
+        _git(repo, "commit", "-qam", "Bug Patch")
+        bug_patch = _git(repo, "diff", "main", "HEAD")
+        f2p_files = sorted({t.split("::", 1)[0] for t in task.FAIL_TO_PASS})
+        _git(repo, "rm", "-q", *f2p_files)
+        _git(repo, "commit", "-qm", "Remove F2P Tests")
+        _git(repo, "checkout", "-q", "main")
+        image_name = f"{namespace}/swesmith.x86_64.{owner}_1776_{name}.{commit8}"
+        container = engine.containers.create(base_image_name(), command=["true"], network_mode="none")
+        try:
+            container.put_archive("/", _tar_dir(repo, "testbed"))
+            container.put_archive("/", _layout_files())
+            container.commit(image_name, "latest", changes=["WORKDIR /testbed"])
+        finally:
+            container.remove(force=True)
+    finally:
+        workspace.cleanup()
+        local.close()
+    row = {"instance_id": instance_id, "patch": bug_patch, "FAIL_TO_PASS": task.FAIL_TO_PASS,
+           "PASS_TO_PASS": task.PASS_TO_PASS, "image_name": image_name, "repo": f"swesmith/{owner}__{name}.{commit8}",
+           "problem_statement": task.problem_statement}
+    return row_to_task(row, f"swesmith fixture {number}")

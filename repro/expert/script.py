@@ -1,5 +1,5 @@
-"""The scripted expert: its completion is the gold one-line fix as one ``bash`` tool call (served by
-:class:`repro.serving.scripted.ScriptedEngine`).
+"""The scripted expert: its completion is the gold one-line fix as one ``bash`` tool call, or as one ```` ```bash ````
+block when the prompt offers no tools (a text-mode harness) (served by :class:`repro.serving.scripted.ScriptedEngine`).
 
 ``sed -i 's|OLD|NEW|' FILE && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (``Ns|OLD|NEW|`` when OLD is not
 unique in the file), where OLD / NEW are the buggy / fixed line of the task's gold patch without their common
@@ -35,6 +35,7 @@ from repro.tinymodel.vocab import SUBMIT_COMMAND, SUBMIT_SUFFIX
 
 log = logging.getLogger(__name__)
 
+TOOLS_OFFERED = "<tools>"  # our chat template lists offered tools inside <tools></tools>
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _BRE_SPECIAL = re.compile(r"([\\.*\[\]^$|])")
 _REPLACEMENT_SPECIAL = re.compile(r"([\\&|])")
@@ -134,6 +135,11 @@ def tool_call_text(command: str) -> str:
     """The completion that calls ``bash`` with ``command`` (exactly as our chat template re-renders it)."""
     return "<tool_call>\n" + json.dumps({"name": "bash", "arguments": {"command": command}}, ensure_ascii=False) \
         + "\n</tool_call>"
+
+
+def text_action(command: str) -> str:
+    """The completion that runs ``command`` in a text-mode harness: one ``bash`` code block."""
+    return f"```bash\n{command}\n```"
 
 
 def read_blobs(repo: Path, specs: list[str]) -> dict[str, str | None]:
@@ -260,15 +266,20 @@ class ExpertScript:
         """Each task's first scripted command."""
         return [p[0] for p in self.procedures]
 
-    def command(self, prompt: str) -> str:
+    def command(self, prompt: str, text_mode: bool = False) -> str:
         """The command to answer ``prompt`` with: the task's first scripted command the prompt does not hold yet
-        (the plain submit once all were issued)."""
+        (the plain submit once all were issued); a tool call's command sits in the prompt JSON-escaped, a text-mode
+        action's as it is."""
         i = self.find(prompt)
         if i is None:
             return SUBMIT_COMMAND
-        issued = (c for c in self.procedures[i] if json.dumps(c, ensure_ascii=False)[1:-1] not in prompt)
+        quoted = (lambda c: c) if text_mode else (lambda c: json.dumps(c, ensure_ascii=False)[1:-1])
+        issued = (c for c in self.procedures[i] if quoted(c) not in prompt)
         return next(issued, SUBMIT_COMMAND)
 
     def completion(self, prompt: str) -> str:
-        """The completion text for a decoded prompt: :meth:`command` as one ``bash`` tool call."""
-        return tool_call_text(self.command(prompt))
+        """The completion text for a decoded prompt: :meth:`command` as one ``bash`` tool call when the prompt
+        offers tools, else (a text-mode harness such as mini-SWE-agent 1.x) as one ```` ```bash ```` block."""
+        if TOOLS_OFFERED in prompt:
+            return tool_call_text(self.command(prompt))
+        return text_action(self.command(prompt, text_mode=True))

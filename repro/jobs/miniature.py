@@ -33,7 +33,7 @@ from repro.rebuilt.harness import LoopConfig, rl_harness
 from repro.report.eta import expected
 from repro.report.eta import record as record_rate
 from repro.samples import SampleConfig
-from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.sandbox.select import make_sandbox
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.schema import Task
 from repro.tinymodel.model import TinyModelConfig
@@ -54,7 +54,7 @@ class MiniatureConfig:
     harness_name: str
     train_tasks: TaskDistributionConfig
     tasks: TaskDistributionConfig
-    sandbox: LocalSandboxConfig
+    sandbox: Any  # LocalSandboxConfig | DockerSandboxConfig
     eval: EvalConfig
     warm_start: WarmStartConfig
     harness_workers: int = 2
@@ -71,7 +71,7 @@ class Miniature:
     test_list: list[Task]
     rl_tasks: list[Task]
     agent: Any
-    box: LocalSandbox
+    box: Any  # LocalSandbox | DockerSandbox
     warm_dir: Path
     warm: dict[str, Any]
     spec: EvalSpec
@@ -132,7 +132,7 @@ def prepared_miniature(cfg: MiniatureConfig, run_dir: Path) -> Iterator[Miniatur
         mixture = "+" in cfg.train_tasks.difficulty
         demo_tasks, rl_tasks = split_train(train_list, cfg.warm_start.n_demo_tasks,
                                            getattr(cfg.tasks, "difficulty", None) if mixture else None)
-    box = LocalSandbox(cfg.sandbox)
+    box = make_sandbox(cfg.sandbox)  # sandbox=local | docker
     try:
         with get_harness(cfg.harness_name, cfg.harness, workers=cfg.harness_workers) as agent:
             with acct.phase("setup"):
@@ -146,7 +146,7 @@ def prepared_miniature(cfg: MiniatureConfig, run_dir: Path) -> Iterator[Miniatur
 
 
 def _warm_start(run_dir: Path, base_model: Path, demo_tasks: list[Task], cfg: MiniatureConfig, agent: Any,
-                box: LocalSandbox, acct: Accountant) -> tuple[Path, dict[str, Any]]:
+                box: Any, acct: Accountant) -> tuple[Path, dict[str, Any]]:
     ws = cfg.warm_start
     print(f"phase warm_start: {len(demo_tasks)} expert demonstrations through the harness, then SFT "
           f"({ws.sft.epochs:g} epochs); reused when the cache holds one with the same inputs", flush=True)

@@ -87,6 +87,15 @@ def _batches(items: list, size: int) -> Iterator[list]:
         yield items[start : start + size]
 
 
+def require_container_support(harness: Any, sandbox: Any, harness_name: str) -> None:
+    """A container sandbox needs a harness that acts inside containers; others would run on the host."""
+    if getattr(sandbox, "gives_containers", False) and not getattr(harness, "acts_in_containers", False):
+        raise ValueError(f"sandbox=docker needs a harness that acts inside the task's container, and "
+                         f"{harness_name or type(harness).__name__} does not at its pinned version (README, harness "
+                         f"table); use harness=mini_swe_agent (2.4.6) or harness=mini_swe_agent_v1 (1.17.5), or "
+                         f"sandbox=local")
+
+
 class RolloutRunner:
     """Runs the pending samples of one phase folder (resumable: finished reports are skipped)."""
 
@@ -95,6 +104,7 @@ class RolloutRunner:
         self.run_dir, self.store_path, self.opts, self.stack = Path(run_dir), Path(store_path), opts, stack
         self.tasks = {t.instance_id: t for t in tasks}
         self.harness, self.sandbox, self.model_name = harness, sandbox, model_name
+        require_container_support(harness, sandbox, opts.harness_name)
         self.grade_cache = grade_cache
         self.store = open_store(self.store_path)
         self.http = httpx.Client(timeout=30.0)  # one keep-alive connection to the proxy for every registration

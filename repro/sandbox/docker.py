@@ -29,6 +29,7 @@ from repro.sandbox.pytest_runner import TestRun
 from repro.sandbox.repos import RepoResolver
 from repro.tasks.materialize import REPO_OWNER
 from repro.tasks.schema import Task
+from repro.tasks.swesmith import startup_command
 
 PATCH_PATH = "/tmp/patch.diff"
 EVAL_PATH = "/eval.sh"
@@ -125,6 +126,8 @@ def diff_command(base_commit: str) -> str:
 class DockerSandbox:
     """Implements ``repro.protocols.Sandbox`` with a Docker engine; safe to share between threads."""
 
+    gives_containers = True  # workspaces are container specs: the harness must act inside them
+
     def __init__(self, config: DockerSandboxConfig | None = None, engine: Any = None) -> None:
         self.config = config or DockerSandboxConfig()
         self.run_id = self.config.run_id or f"repro-{uuid.uuid4().hex[:12]}"
@@ -157,7 +160,7 @@ class DockerSandbox:
         image = self.image(task)
         labels = self._labels("rollout", rollout_id)
         spec = ContainerSpec(image.name, "/testbed", [*self.config.limits.run_args(), *engine_api.label_args(labels)],
-                             diff_command(image.base_commit), self.config.command_timeout_s)
+                             diff_command(image.base_commit), self.config.command_timeout_s, startup_command(task))
         return HarnessContainer(spec, image)
 
     def open_container(self, task: Task, rollout_id: str) -> DockerWorkspace:
@@ -165,6 +168,9 @@ class DockerSandbox:
         commands itself (tests, a trainer-owned loop)."""
         image = self.image(task)
         container = self._start(image.name, "rollout", rollout_id)
+        if (command := startup_command(task)) and (started := exec_bounded(container, command, 60)).exit_code:
+            engine_api.remove_quietly([container])
+            raise OSError(f"`{command}` failed in the task's container: {started.output[-500:]}")
         return DockerWorkspace(container, image, image.base_commit, command_timeout_s=self.config.command_timeout_s)
 
     def grade(self, task: Task, workspace: Workspace) -> GradeResult:
@@ -200,6 +206,12 @@ class DockerSandbox:
 
     def _grade_in(self, container: Any, task: Task, image: TaskImage, patch: str) -> GradeResult:
         spec = eval_spec(task, image.base_commit)
+        if spec.prepare:
+            prepared = exec_bounded(container, spec.prepare, 120, "/testbed")
+            if prepared.exit_code != 0:
+                return GradeResult("error", f"could not prepare the grading container ({spec.source}): "
+                                   f"`{spec.prepare}` exited {prepared.exit_code}",
+                                   log_tail=prepared.output[-LOG_TAIL_CHARS:])
         if task.test_patch.strip():
             put_file(container, "/tmp/test.diff", task.test_patch.encode())
             check = exec_bounded(container, "git apply --check /tmp/test.diff", 60)

@@ -5,6 +5,12 @@ SWE-bench rows (a ``repo``/``version`` that swebench knows): ``swebench.harness.
 the eval script (conda env, reset of the test files, ``test_patch`` in a heredoc, the repository's test command
 between the ``>>>>> Start/End Test Output`` markers) and ``MAP_REPO_TO_PARSER`` the repository's log parser.
 
+SWE-smith rows: the bundled shape in SWE-smith's image layout (conda env ``testbed``, the instance branch's "Bug
+Patch" commit checked out before the patch by ``prepare``, the graded tests' files reset to it), graded on every
+FAIL_TO_PASS and PASS_TO_PASS test id with swebench's pytest parser. One deliberate difference from SWE-smith's own
+harness: it runs a subset of the tests and counts a test absent from the log as passed; here every graded id is
+run by name, so an absent test did not run (a collection error) and counts as not passed.
+
 Bundled tasks: the same steps with the pinned grading pytest (``-rA``, plugins off, the runner not replaceable by
 the patch) on the graded test ids, parsed with swebench's pytest parser (:func:`pytest_runner.parse_statuses`).
 The line after the test command prints the test command's exit code (``REPRO_TEST_EXIT=<n>``), outside the
@@ -24,6 +30,7 @@ from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 from repro.sandbox.grading import graded_tests
 from repro.sandbox.pytest_runner import PYTEST_MAIN, parse_statuses
 from repro.tasks.schema import Task
+from repro.tasks.swesmith import grading_checkout, is_swesmith
 
 HEREDOC = "EOF_114329324912"  # swebench's heredoc delimiter
 TESTBED = "/testbed"
@@ -39,19 +46,25 @@ class EvalSpec:
 
     script: str
     parse: Callable[[str], dict[str, str]]
-    source: str  # "swebench" or "bundled"
+    source: str  # "swebench", "swe-smith" or "bundled"
+    prepare: str = ""  # run in the grading container before the patch is applied ("" = nothing)
 
 
 def _files_in_patch(patch: str) -> list[str]:
     return list(dict.fromkeys(re.findall(r"^diff --git a/\S+ b/(\S+)$", patch, re.M)))
 
 
-def bundled_eval_script(task: Task, base_commit: str) -> str:
-    """The bundled task's eval script, shaped as swebench's ``make_eval_script_list_py``."""
-    test_files = _files_in_patch(task.test_patch)
+CONDA_ACTIVATE = ("source /opt/miniconda3/bin/activate", "conda activate testbed")  # SWE-smith / swebench images
+
+
+def bundled_eval_script(task: Task, base_commit: str, test_files: list[str] | None = None,
+                        activate: tuple[str, ...] = ()) -> str:
+    """The bundled task's eval script, shaped as swebench's ``make_eval_script_list_py``: ``test_files`` (default:
+    those ``test_patch`` touches) are reset to ``base_commit`` around the test run; ``activate`` lines come first."""
+    test_files = _files_in_patch(task.test_patch) if test_files is None else test_files
     reset = f"git checkout {base_commit} {' '.join(map(shlex.quote, test_files))}" if test_files else ":"
     pytest = shlex.join(["python3", "-c", PYTEST_MAIN, *PYTEST_ARGS, *graded_tests(task)])
-    lines = ["#!/bin/bash", "set -uxo pipefail", f"cd {TESTBED}",
+    lines = ["#!/bin/bash", "set -uxo pipefail", *activate, f"cd {TESTBED}",
              f"git config --global --add safe.directory {TESTBED}", "git status",
              f"git -c core.fileMode=false diff {base_commit}", reset]
     if task.test_patch.strip():
@@ -110,8 +123,19 @@ def swebench_eval_spec(task: Task) -> EvalSpec:
     return EvalSpec(spec.eval_script, lambda log: parser(test_section(log), spec), "swebench")
 
 
+def swesmith_eval_spec(task: Task) -> EvalSpec:
+    """A SWE-smith row's eval spec: ``prepare`` checks out the "Bug Patch" commit, the script resets the graded
+    tests' files to it and runs every graded test id."""
+    test_files = sorted({t.split("::", 1)[0] for t in graded_tests(task) if "::" in t})
+    script = bundled_eval_script(task, "HEAD", test_files, CONDA_ACTIVATE)
+    return EvalSpec(script, lambda log: parse_statuses(test_section(log)), "swe-smith", grading_checkout(task))
+
+
 def eval_spec(task: Task, base_commit: str) -> EvalSpec:
-    """The eval spec of any task (swebench's for rows it knows, the bundled shape otherwise)."""
+    """The eval spec of any task (swebench's for rows it knows, SWE-smith's layout for its rows, the bundled shape
+    otherwise)."""
+    if is_swesmith(task):
+        return swesmith_eval_spec(task)
     if swebench_knows(task):
         return swebench_eval_spec(task)
     return EvalSpec(bundled_eval_script(task, base_commit), lambda log: parse_statuses(test_section(log)),

@@ -1,7 +1,8 @@
 """Load SWE-bench-style task rows from local files (JSON, JSONL, parquet, arrow, ``save_to_disk`` folders,
 downloaded hub snapshots) and name hub datasets by a local path convention (this machine has no hub).
 
-Errors name the file, the line or row, the field, and how to fix it.
+SWE-smith rows (an ``image_name``, no ``base_commit``) are mapped onto SWE-bench's field meanings by
+:mod:`repro.tasks.swesmith`. Errors name the file, the line or row, the field, and how to fix it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from repro.files import cache_dir
 from repro.tasks.schema import Task
+from repro.tasks.swesmith import is_swesmith_row, swesmith_row
 
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement")
 TEST_LISTS = ("FAIL_TO_PASS", "PASS_TO_PASS")
@@ -53,6 +55,8 @@ def row_to_task(row: dict[str, Any], where: str) -> Task:
     """A Task from one row; ``where`` (``file:line``) prefixes every error."""
     if not isinstance(row, dict):
         raise TaskSourceError(f"{where}: a task row must be a JSON object, got {type(row).__name__}")
+    if is_swesmith_row(row) and isinstance(row.get("instance_id"), str) and row["instance_id"]:
+        row = swesmith_row(row)  # SWE-smith's schema: the instance branch is the base, the fix is the reverse patch
     for key in REQUIRED:
         if not isinstance(row.get(key), str) or not row.get(key):
             raise TaskSourceError(f"{where}: field {key!r} is missing or empty (row {row.get('instance_id', '?')!r});"
