@@ -9,6 +9,10 @@ from pathlib import Path
 
 
 def _run(args: argparse.Namespace) -> None:
+    if args.cfg:
+        from repro.runner import print_config
+
+        return print_config(args.overrides, args.cfg)
     if args.multirun:
         from repro.multirun import multirun
 
@@ -47,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run an experiment (Hydra overrides, e.g. experiment=bench_proxy); "
                                      "-m/--multirun sweeps comma-separated values (experiment=harness_sweep)")
     run.add_argument("-m", "--multirun", action="store_true", help="a Hydra multirun: one run per combination")
+    run.add_argument("--cfg", choices=("job", "all"), help="print the composed config (job: without Hydra's own "
+                     "settings; all: with them) and exit without running")
     run.add_argument("overrides", nargs="*")
     run.set_defaults(func=_run)
     table = sub.add_parser("table", help="rebuild results/ tables from runs' metrics.json")

@@ -98,6 +98,20 @@ def make_run_dir(cfg: DictConfig) -> Path:
     return run_dir
 
 
+def print_config(overrides: list[str], which: str = "job") -> None:
+    """Print the composed config as YAML (``job``: what the run records in ``config.yaml``; ``all``: with the
+    ``hydra:`` settings too); nothing runs and nothing is written."""
+    from omegaconf import OmegaConf
+
+    check_experiment(overrides)
+    if which == "all":
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    else:
+        cfg = compose_config(overrides)
+    print(OmegaConf.to_yaml(cfg, resolve=False), end="")
+
+
 def check_experiment(overrides: list[str]) -> None:
     """SystemExit listing the known experiments when ``experiment=NAME`` names none of them."""
     for item in overrides:

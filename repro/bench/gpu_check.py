@@ -341,7 +341,8 @@ def serving_stack(ctx: Context, runner: Runner, kind: str, details: dict[str, An
                             store_path=str(ctx.work / "run" / "traces.sqlite"))
         (ctx.work / "run").mkdir(parents=True, exist_ok=True)
         procs.append(start_proxy_process(proxy, log_path=ctx.work / "proxy.log"))
-        yield Stack(ctx.served_dir, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{proxy.port}", proxy, SERVED_NAME)
+        yield Stack(ctx.served_dir, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{proxy.port}", proxy, SERVED_NAME,
+                    "vllm" if kind == "vllm" else "cpu", ctx.served_dir)
     finally:
         for proc in reversed(procs):
             stop_process(proc, timeout_s=30)

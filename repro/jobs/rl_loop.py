@@ -22,7 +22,6 @@ from repro.seeding import rl_seed
 from repro.store import open_store
 from repro.tasks.schema import Task
 from repro.train.rl import PolicyTrainer
-from repro.train.sync import push_weights
 from repro.train.task_filter import MIXED, outcome_class, outcomes_by_task
 
 
@@ -142,7 +141,7 @@ class RlLoop:
                 store.close()
             update = self.trainer.update(samples.rows)
             self.trainer.save(self.policy_dir)
-            sync_s = push_weights(self.stack.server_url, self.policy_dir)
+            sync_s = self.stack.sync_weights(self.policy_dir)
         record = {"step": step, **group_stats(reports), "samples": samples.stats(), "update": update,
                   "rollout_s": rollout_s, "sync_s": sync_s, "grade_cache_hits": self.grade_cache.hits,
                   "calls": n_calls, "calls_histogram": calls_histogram([r.n_calls for r in reports])}

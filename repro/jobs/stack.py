@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from repro.net import free_port
 from repro.proxy import ProxyConfig
 from repro.proxy.server import start_proxy_process
 from repro.serving.commands import start_cpu_server_process, stop_process
+from repro.serving.vllm_launcher import VLLMConfig, check_vllm_installed, launch_vllm
+from repro.serving.vllm_weights import DEV_MODE_ENV, reload_weights
+from repro.train.sync import push_weights
 
 
 @dataclass
@@ -40,12 +44,52 @@ class EndpointServingConfig:
 
 
 @dataclass
+class VllmServingConfig:
+    """``vllm serve`` started by the job (GPU machines, ``pip install -e '.[gpu]'``) on a private copy of the
+    checkpoint, with vLLM's development routes on (``VLLM_SERVER_DEV_MODE=1``, bound to 127.0.0.1) so that RL can
+    reload new weights in place (:mod:`repro.serving.vllm_weights`)."""
+
+    port: int = 0
+    served_model_name: str = "policy"
+    tensor_parallel_size: int = 1
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.85
+    dtype: str = "bfloat16"
+    tool_call_parser: str = "hermes"  # Qwen2.5 / Qwen3 / Qwen3.5 emit Hermes-style <tool_call> blocks
+    max_logprobs: int = 20
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    startup_timeout_s: float = 900.0
+    extra_args: list[str] = field(default_factory=list)
+
+    def launcher_config(self, model_dir: Path, port: int) -> VLLMConfig:
+        """The launcher's settings for serving ``model_dir`` on ``port``."""
+        return VLLMConfig(model=str(model_dir), port=port, served_model_name=self.served_model_name, seed=self.seed,
+                          max_logprobs=self.max_logprobs, tool_call_parser=self.tool_call_parser,
+                          max_model_len=self.max_model_len, gpu_memory_utilization=self.gpu_memory_utilization,
+                          dtype=self.dtype, tensor_parallel_size=self.tensor_parallel_size,
+                          enable_prefix_caching=self.enable_prefix_caching, extra_args=list(self.extra_args),
+                          startup_timeout_s=self.startup_timeout_s)
+
+
+@dataclass
 class Stack:
     model_dir: Path
     server_url: str
     proxy_url: str
     proxy: ProxyConfig
     served_model_name: str
+    server_kind: str = "cpu"  # "cpu" (repro's server), "vllm" (started here), "endpoint" (someone else's)
+    served_dir: Path | None = None  # vllm: the private copy it serves (the reload route may overwrite it)
+
+    def sync_weights(self, model_dir: Path) -> float:
+        """Load the checkpoint ``model_dir`` into the running server; returns the seconds it took."""
+        if self.server_kind == "cpu":
+            return push_weights(self.server_url, model_dir)
+        if self.server_kind == "vllm":
+            return reload_weights(self.server_url, Path(model_dir), Path(self.served_dir or model_dir)).seconds
+        raise RuntimeError("serving=endpoint serves someone else's weights: it is for evaluation only; RL needs "
+                           "serving=cpu or serving=vllm, which load each update")
 
 
 def model_vocab_size(model_dir: Path) -> int | None:
@@ -60,13 +104,18 @@ def model_vocab_size(model_dir: Path) -> int | None:
 @contextlib.contextmanager
 def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig, run_dir: Path,
                   expert_tasks: Path | None = None, server_args: tuple[str, ...] = ()) -> Iterator[Stack]:
-    """Start the CPU server and the proxy (logs in ``run_dir``); stop both on exit.
+    """Start the CPU server (or, with ``VllmServingConfig``, ``vllm serve``) and the proxy (logs in ``run_dir``);
+    stop both on exit.
 
     ``expert_tasks`` (else ``serving.expert_tasks``), a tasks JSONL, makes the server the scripted expert;
     ``server_args``: extra server flags (``--expert-slip-rate``...). With ``EndpointServingConfig`` no server is
     started: the proxy forwards to the endpoint."""
     if isinstance(serving, EndpointServingConfig):
         with _proxy_only(serving, proxy, run_dir) as stack:
+            yield stack
+        return
+    if isinstance(serving, VllmServingConfig):
+        with _vllm_stack(model_dir, serving, proxy, run_dir) as stack:
             yield stack
         return
     server_port = serving.port or free_port()
@@ -104,6 +153,29 @@ def _proxy_only(serving: EndpointServingConfig, proxy: ProxyConfig, run_dir: Pat
     proxy_cfg = _proxy_config(proxy, url, run_dir, serving.served_model_name, serving.vocab_size)
     proc = start_proxy_process(proxy_cfg, log_path=run_dir / "proxy.log")
     try:
-        yield Stack(Path(), url, f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg, serving.served_model_name)
+        yield Stack(Path(), url, f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg, serving.served_model_name,
+                    "endpoint")
     finally:
         stop_process(proc)
+
+
+@contextlib.contextmanager
+def _vllm_stack(model_dir: Path, serving: VllmServingConfig, proxy: ProxyConfig, run_dir: Path) -> Iterator[Stack]:
+    """``vllm serve`` on a private copy of ``model_dir`` (``run_dir/served_model``) and the proxy in front of it."""
+    check_vllm_installed()  # before anything is copied or started
+    served = Path(run_dir) / "served_model"
+    shutil.rmtree(served, ignore_errors=True)
+    shutil.copytree(model_dir, served)
+    port = serving.port or free_port()
+    server = launch_vllm(serving.launcher_config(served, port), log_path=Path(run_dir) / "model_server.log",
+                         env=DEV_MODE_ENV)
+    procs: list[subprocess.Popen] = [server]
+    try:
+        proxy_cfg = _proxy_config(proxy, f"http://127.0.0.1:{port}", run_dir, serving.served_model_name,
+                                  model_vocab_size(model_dir))
+        procs.append(start_proxy_process(proxy_cfg, log_path=Path(run_dir) / "proxy.log"))
+        yield Stack(Path(model_dir), f"http://127.0.0.1:{port}", f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg,
+                    serving.served_model_name, "vllm", served)
+    finally:
+        for proc in reversed(procs):
+            stop_process(proc)

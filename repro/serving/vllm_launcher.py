@@ -7,6 +7,7 @@ only looked up with ``importlib.util.find_spec`` before launching ``vllm serve``
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,8 @@ class VLLMConfig:
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None
     dtype: str | None = None
+    tensor_parallel_size: int = 1
+    enable_prefix_caching: bool = False  # vLLM v1 caches prefixes by default; True passes the flag
     extra_args: list[str] = field(default_factory=list)
     startup_timeout_s: float = 900.0
     executable: str = "vllm"
@@ -54,6 +57,10 @@ def build_vllm_command(config: VLLMConfig) -> list[str]:
         cmd += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
     if config.dtype is not None:
         cmd += ["--dtype", config.dtype]
+    if config.tensor_parallel_size > 1:
+        cmd += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
+    if config.enable_prefix_caching:
+        cmd += ["--enable-prefix-caching"]
     return cmd + list(config.extra_args)
 
 
@@ -73,12 +80,14 @@ def _resolve_executable(name: str) -> str:
     return shutil.which(name) or name
 
 
-def launch_vllm(config: VLLMConfig, log_path: Path | None = None) -> subprocess.Popen:
-    """Start ``vllm serve`` and wait until ``/health`` answers; the caller stops the process."""
+def launch_vllm(config: VLLMConfig, log_path: Path | None = None, env: dict[str, str] | None = None
+                ) -> subprocess.Popen:
+    """Start ``vllm serve`` (``env``: extra environment variables) and wait until ``/health`` answers; the caller
+    stops the process."""
     check_vllm_installed()
     cmd = build_vllm_command(config)
     cmd[0] = _resolve_executable(cmd[0])
-    proc = _popen(cmd, log_path)
+    proc = _popen(cmd, log_path, {**os.environ, **env} if env else None)
     try:
         wait_for_http(f"http://{config.host}:{config.port}/health", config.startup_timeout_s, proc)
     except BaseException:
@@ -88,9 +97,9 @@ def launch_vllm(config: VLLMConfig, log_path: Path | None = None) -> subprocess.
     return proc
 
 
-def _popen(cmd: list[str], log_path: Path | None) -> subprocess.Popen:
+def _popen(cmd: list[str], log_path: Path | None, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start ``cmd`` with its output appended to ``log_path`` (or inherited)."""
     if log_path is None:
-        return subprocess.Popen(cmd)
+        return subprocess.Popen(cmd, env=env)
     with open(log_path, "ab") as log_file:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)

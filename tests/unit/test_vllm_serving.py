@@ -1,0 +1,77 @@
+"""``serving=vllm`` in the job stack, checked on CPU: the composed config, the ``vllm serve`` command line it
+makes, a clear refusal (nothing started, nothing copied) where vLLM is not installed, and weight sync dispatched
+by the kind of server (the CPU server's reload route; vLLM's ``collective_rpc``; none for an endpoint)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import httpx
+import pytest
+
+from repro.jobs.stack import Stack, VllmServingConfig, running_stack
+from repro.proxy import ProxyConfig
+from repro.runner import compose_config
+from repro.serving.vllm_launcher import VLLMNotInstalledError, build_vllm_command
+
+
+def test_serving_vllm_composes_and_makes_the_launch_command(tmp_path: Path) -> None:
+    cfg = compose_config(["experiment=eval_bundled", "serving=vllm", "serving.tensor_parallel_size=4",
+                          "serving.max_model_len=81920"])
+    assert cfg.serving._target_ == "repro.jobs.stack.VllmServingConfig"
+    serving = VllmServingConfig(tensor_parallel_size=4, max_model_len=81920)
+    cmd = build_vllm_command(serving.launcher_config(tmp_path / "served", 8123))
+    joined = " ".join(cmd)
+    for part in ("serve " + str(tmp_path / "served"), "--host 127.0.0.1", "--port 8123", "--served-model-name policy",
+                 "--tensor-parallel-size 4", "--max-model-len 81920", "--enable-auto-tool-choice",
+                 "--tool-call-parser hermes", "--dtype bfloat16", "--gpu-memory-utilization 0.85",
+                 "--enable-prefix-caching", "--max-logprobs 20"):
+        assert part in joined, part
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_without_vllm_the_stack_refuses_before_starting_anything(tmp_path: Path) -> None:
+    with pytest.raises(VLLMNotInstalledError, match=r"repro\[gpu\]"), \
+            running_stack(tmp_path / "model", VllmServingConfig(), ProxyConfig(), tmp_path):
+        pass
+    assert not (tmp_path / "served_model").exists() and not (tmp_path / "proxy.log").exists()
+
+
+def test_weight_sync_goes_by_the_kind_of_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def fake_post(url: str, json: dict, timeout: float) -> httpx.Response:
+        seen.append((url, json["model_dir"]))
+        return httpx.Response(200, json={"ok": True})
+
+    monkeypatch.setattr("repro.train.sync.httpx.post", fake_post)
+    cpu = Stack(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:10", ProxyConfig(), "tiny")
+    assert cpu.sync_weights(tmp_path / "step") >= 0
+    assert seen == [("http://127.0.0.1:9/v1/load_weights", str((tmp_path / "step").resolve()))]
+
+    calls: list[str] = []
+
+    def fake_reload(base_url: str, weights_dir: Path, served_dir: Path, **_: object):
+        calls.append(f"{base_url} {weights_dir.name} {served_dir.name}")
+        return type("Result", (), {"seconds": 1.5})()
+
+    monkeypatch.setattr("repro.jobs.stack.reload_weights", fake_reload)
+    vllm = Stack(tmp_path, "http://127.0.0.1:8", "http://127.0.0.1:10", ProxyConfig(), "policy", "vllm",
+                 tmp_path / "served_model")
+    assert vllm.sync_weights(tmp_path / "step") == 1.5 and calls == ["http://127.0.0.1:8 step served_model"]
+    endpoint = Stack(Path(), "http://x", "http://y", ProxyConfig(), "m", "endpoint")
+    with pytest.raises(RuntimeError, match="evaluation only"):
+        endpoint.sync_weights(tmp_path)
+    assert len(seen) == 1  # the CPU route was the only HTTP call made
+
+
+def test_run_cfg_job_prints_the_composed_config_and_runs_nothing(tmp_path: Path, capsys) -> None:
+    from repro.cli import main
+
+    main(["run", "--cfg", "job", "experiment=eval_bundled", "serving=vllm", f"run.output_root={tmp_path}"])
+    printed = capsys.readouterr().out
+    assert "_target_: repro.jobs.stack.VllmServingConfig" in printed and "hydra:" not in printed
+    assert not any(tmp_path.iterdir())
+    main(["run", "--cfg", "all", "experiment=eval_bundled"])
+    assert "hydra:" in capsys.readouterr().out
