@@ -1,4 +1,5 @@
-"""The `repro` command line: run (Hydra experiments), table, inspect, tasks, images, serve, build-model, proxy."""
+"""The `repro` command line: run (Hydra experiments), table, inspect, tasks, images, plan, serve, build-model,
+proxy."""
 
 from __future__ import annotations
 
@@ -84,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     from repro.sandbox.image_commands import add_images_parser
 
     add_images_parser(sub)
+    from repro.plan import add_plan_parser
+
+    add_plan_parser(sub)
     return parser
 
 

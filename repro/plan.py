@@ -1,0 +1,145 @@
+"""``repro plan``: GPU-hours, wall time and cost of an experiment, estimated before anyone spends money.
+
+The estimate multiplies what the composed config schedules (RL steps x tasks x samples, validation and test
+evaluations, updates per batch) by per-rollout token counts and by throughputs measured on the GPU type
+(``scripts/gpu_check.sh`` prints them; nothing here invents one). Every number that is an assumption is printed
+with the estimate, so a reader can see what it rests on:
+
+* generation: a rollout's sampled tokens over the aggregate generation throughput of the serving GPUs (vLLM,
+  continuous batching; prompt tokens are assumed prefix-cached across a rollout's calls, so prefill is left out);
+* training: a rollout's trained tokens (its whole context, once per update) over the training throughput
+  (forward + backward tokens per second per GPU, times the training GPUs), ``updates_per_batch`` times a batch;
+* RL steps are synchronous (generate, then train); evaluations run on the serving GPUs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass
+class Throughput:
+    """Measured on one GPU type (tokens per second per GPU) and its price."""
+
+    gpu_type: str
+    generation_tokens_per_s: float  # sampled tokens/s per GPU, many concurrent rollouts
+    training_tokens_per_s: float  # forward+backward tokens/s per GPU on the policy
+    price_per_gpu_hour: float = 0.0  # 0: no cost column
+
+
+@dataclass
+class RolloutShape:
+    """A rollout's size (assumptions: measure them on a pilot run, `repro inspect`)."""
+
+    sampled_tokens: float  # all completion tokens of a rollout
+    context_tokens: float  # the final context of a rollout (prompt + completions), what one update trains on
+
+
+@dataclass
+class Schedule:
+    """What the composed config runs."""
+
+    rl_rollouts: int
+    updates_per_batch: int
+    rl_steps: int
+    validation_rollouts: int
+    test_rollouts: int
+
+
+@dataclass
+class Plan:
+    schedule: Schedule
+    shape: RolloutShape
+    throughput: Throughput
+    gpus: int
+    generation_gpu_h: float
+    training_gpu_h: float
+    evaluation_gpu_h: float
+    wall_h: float
+
+    @property
+    def gpu_h(self) -> float:
+        return self.generation_gpu_h + self.training_gpu_h + self.evaluation_gpu_h
+
+    @property
+    def cost(self) -> float:
+        return self.gpu_h * self.throughput.price_per_gpu_hour
+
+
+def schedule_of(cfg: Any) -> Schedule:
+    """The rollouts a composed experiment config schedules (RL, its validation evaluations, the test evaluation)."""
+    rl, trainer, ev = cfg.get("rl"), cfg.get("trainer"), cfg.get("eval")
+    steps = int(rl.steps) if rl is not None else 0
+    per_step = int(rl.tasks_per_step) * int(rl.samples_per_task) if rl is not None else 0
+    k = int(ev.k) if ev is not None else 1
+    validation = cfg.get("validation")
+    val_rollouts = 0
+    if validation is not None and int(validation.get("every_steps", 0) or 0) > 0:
+        val_rollouts = (steps // int(validation.every_steps)) * int(validation.n_tasks) * int(validation.get("k", 1))
+    tasks = cfg.get("tasks")
+    n_test = int(tasks.get("n_tasks", 0) or 0) if tasks is not None else 0
+    evaluations = 2 if rl is not None else 1  # before and after RL
+    return Schedule(steps * per_step, int(trainer.updates_per_batch) if trainer is not None else 1, steps,
+                    val_rollouts, evaluations * n_test * k)
+
+
+def estimate(schedule: Schedule, shape: RolloutShape, throughput: Throughput, gpus: int) -> Plan:
+    """GPU-hours per phase and wall-clock hours on ``gpus`` GPUs of ``throughput.gpu_type``."""
+    if throughput.generation_tokens_per_s <= 0 or throughput.training_tokens_per_s <= 0 or gpus <= 0:
+        raise ValueError("throughputs and the GPU count must be positive")
+    gen_s = schedule.rl_rollouts * shape.sampled_tokens / (throughput.generation_tokens_per_s * gpus)
+    train_s = (schedule.rl_rollouts * shape.context_tokens * schedule.updates_per_batch
+               / (throughput.training_tokens_per_s * gpus))
+    eval_s = ((schedule.validation_rollouts + schedule.test_rollouts) * shape.sampled_tokens
+              / (throughput.generation_tokens_per_s * gpus))
+    wall_h = (gen_s + train_s + eval_s) / 3600
+    return Plan(schedule, shape, throughput, gpus, gen_s * gpus / 3600, train_s * gpus / 3600, eval_s * gpus / 3600,
+                wall_h)
+
+
+def render(plan: Plan, experiment: str) -> str:
+    """The estimate and every assumption it rests on, as Markdown."""
+    t, s = plan.throughput, plan.shape
+    lines = [f"# Plan: {experiment} on {plan.gpus} x {t.gpu_type}", "",
+             "| phase | GPU-h |", "| --- | --- |",
+             f"| RL generation | {plan.generation_gpu_h:.1f} |", f"| RL training | {plan.training_gpu_h:.1f} |",
+             f"| evaluations (validation + test) | {plan.evaluation_gpu_h:.1f} |",
+             f"| **total** | **{plan.gpu_h:.1f}** |", "",
+             f"Wall time: {plan.wall_h:.1f} h on {plan.gpus} GPUs (steps are synchronous: generate, then train)."]
+    if t.price_per_gpu_hour:
+        lines.append(f"Cost: {plan.cost:,.0f} at {t.price_per_gpu_hour:g} per GPU-hour.")
+    lines += ["", "Assumptions:", *(f"- {key}: {value}" for key, value in
+                                    {**asdict(plan.schedule), **asdict(s), **asdict(t)}.items()),
+              "- prompt tokens prefix-cached across a rollout's calls (prefill left out); sandbox and grading time "
+              "overlap with generation (not counted)"]
+    return "\n".join(lines) + "\n"
+
+
+def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``plan`` on an argparse subparsers object."""
+    parser = subparsers.add_parser("plan", help="estimate GPU-hours, wall time and cost of an experiment from "
+                                                "measured throughputs (nothing runs)")
+    parser.add_argument("overrides", nargs="*", help="the experiment and its overrides, as for `repro run`")
+    parser.add_argument("--gpu-type", required=True, help="the GPU the throughputs were measured on")
+    parser.add_argument("--gpus", type=int, required=True)
+    parser.add_argument("--generation-tokens-per-s", type=float, required=True,
+                        help="sampled tokens/s per GPU under many concurrent rollouts (scripts/gpu_check.sh)")
+    parser.add_argument("--training-tokens-per-s", type=float, required=True,
+                        help="trained (forward+backward) tokens/s per GPU (scripts/gpu_check.sh)")
+    parser.add_argument("--sampled-tokens-per-rollout", type=float, required=True)
+    parser.add_argument("--context-tokens-per-rollout", type=float, required=True)
+    parser.add_argument("--price-per-gpu-hour", type=float, default=0.0)
+    parser.set_defaults(func=plan_command)
+    return parser
+
+
+def plan_command(args: argparse.Namespace) -> None:
+    from repro.runner import compose_config
+
+    cfg = compose_config(args.overrides)
+    throughput = Throughput(args.gpu_type, args.generation_tokens_per_s, args.training_tokens_per_s,
+                            args.price_per_gpu_hour)
+    shape = RolloutShape(args.sampled_tokens_per_rollout, args.context_tokens_per_rollout)
+    print(render(estimate(schedule_of(cfg), shape, throughput, args.gpus), str(cfg.run.name)), end="")
