@@ -25,6 +25,11 @@ from repro.train.rl import PolicyTrainer
 from repro.train.task_filter import MIXED, outcome_class, outcomes_by_task
 
 
+TRAINER_STATE = "trainer_state.pt"
+STEP_RECORD = "step_record.json"
+POLICY_STEP = "rl_step.json"  # in the policy checkpoint: the RL step whose update its weights hold
+
+
 @dataclass
 class RlPhaseConfig:
     """The RL schedule: steps x tasks per step x samples per task (one GRPO group per task)."""
@@ -110,9 +115,36 @@ class RlLoop:
         self.grade_cache = GradeCache()
         self.store_path = self.run_dir / "traces.sqlite"
 
-    def run(self, tasks: list[Task], accountant: Any) -> list[dict[str, Any]]:
-        history = []
+    @property
+    def state_path(self) -> Path:
+        return self.run_dir / "rl" / TRAINER_STATE
+
+    def completed_steps(self) -> list[dict[str, Any]]:
+        """The records of the steps a previous, interrupted run of this arm finished (its weights are the policy's
+        checkpoint and its optimizer state ``rl/trainer_state.pt``, both written after each step)."""
+        if not self.state_path.exists():
+            return []
+        records = []
         for step in range(self.cfg.steps):
+            path = self.run_dir / "rl" / f"step_{step:03d}" / STEP_RECORD
+            if not path.exists():
+                break
+            records.append(json.loads(path.read_text()))
+        marker = self.policy_dir / POLICY_STEP
+        weights_step = json.loads(marker.read_text())["step"] if marker.exists() else -1
+        if records and weights_step != len(records) - 1:
+            raise SystemExit(f"cannot resume RL in {self.run_dir}: the policy's weights are from step {weights_step + 1} "
+                             f"but the last finished step is {len(records)} (the run stopped while saving); remove "
+                             f"{self.run_dir / 'rl'} and {self.policy_dir} to restart this arm's RL")
+        return records
+
+    def run(self, tasks: list[Task], accountant: Any) -> list[dict[str, Any]]:
+        history = self.completed_steps()
+        if history:
+            self.trainer.load_state(self.state_path)
+            print(f"rl: resuming after step {len(history)}/{self.cfg.steps} (weights and optimizer state of a "
+                  "previous run of this arm)", flush=True)
+        for step in range(len(history), self.cfg.steps):
             history.append(self.step(step, step_tasks(tasks, self.cfg, step), accountant))
             d = history[-1]["diagnostics"]
             print(f"rl step {step + 1}/{self.cfg.steps}: reward {d['reward_mean']:.3f}, mixed groups "
@@ -141,6 +173,7 @@ class RlLoop:
                 store.close()
             update = self.trainer.update(samples.rows)
             self.trainer.save(self.policy_dir)
+            (self.policy_dir / POLICY_STEP).write_text(json.dumps({"step": step}))
             sync_s = self.stack.sync_weights(self.policy_dir)
         record = {"step": step, **group_stats(reports), "samples": samples.stats(), "update": update,
                   "rollout_s": rollout_s, "sync_s": sync_s, "grade_cache_hits": self.grade_cache.hits,
@@ -149,4 +182,8 @@ class RlLoop:
         (self.run_dir / "rl").mkdir(parents=True, exist_ok=True)
         with (self.run_dir / "rl" / "diagnostics.jsonl").open("a") as out:
             out.write(json.dumps(record["diagnostics"]) + "\n")
+        self.trainer.save_state(self.state_path)  # with the weights saved above: the step is resumable from here
+        step_dir = self.run_dir / "rl" / f"step_{step:03d}"
+        step_dir.mkdir(parents=True, exist_ok=True)
+        (step_dir / STEP_RECORD).write_text(json.dumps(record, default=str))
         return record

@@ -163,6 +163,24 @@ class PolicyTrainer:
             tokens += float(mask.sum())
         return {"log_ratio_abs_max": log_ratio, "entropy": entropy_sum / tokens if tokens else 0.0}
 
+    def save_state(self, path: Path) -> Path:
+        """The optimizer's state, the step count and the random states (row shuffling, torch), so that a resumed
+        trainer continues exactly where this one stopped (its weights: :meth:`save`)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps, "rng": self.rng.getstate(),
+                    "torch_rng": torch.get_rng_state()}, tmp)
+        tmp.replace(path)
+        return path
+
+    def load_state(self, path: Path) -> None:
+        """Continue from :meth:`save_state` (the trainer must have been built from the checkpoint saved with it)."""
+        state = torch.load(Path(path), weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = int(state["steps"])
+        self.rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+
     def save(self, out_dir: Path) -> Path:
         """Write the current policy as a servable checkpoint (weights + the tokenizer files) to ``out_dir``."""
         out_dir = Path(out_dir)
