@@ -24,7 +24,6 @@ from repro.tasks.schema import Task
 from repro.train.rl import PolicyTrainer
 from repro.train.task_filter import MIXED, outcome_class, outcomes_by_task
 
-
 TRAINER_STATE = "trainer_state.pt"
 STEP_RECORD = "step_record.json"
 POLICY_STEP = "rl_step.json"  # in the policy checkpoint: the RL step whose update its weights hold
