@@ -132,8 +132,9 @@ class RlLoop:
         marker = self.policy_dir / POLICY_STEP
         weights_step = json.loads(marker.read_text())["step"] if marker.exists() else -1
         if records and weights_step != len(records) - 1:
-            raise SystemExit(f"cannot resume RL in {self.run_dir}: the policy's weights are from step {weights_step + 1} "
-                             f"but the last finished step is {len(records)} (the run stopped while saving); remove "
+            raise SystemExit(f"cannot resume RL in {self.run_dir}: the policy's weights are from step "
+                             f"{weights_step + 1} but the last finished step is {len(records)} (the run stopped "
+                             "while saving); remove "
                              f"{self.run_dir / 'rl'} and {self.policy_dir} to restart this arm's RL")
         return records
 
