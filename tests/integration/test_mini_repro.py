@@ -79,6 +79,7 @@ def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path, experimen
     assert metrics["fingerprint"][:8] in (tmp_path / "results" / f"{experiment}.md").read_text()
 
 
+@pytest.mark.slow  # ~2 min: Hydra's multirun path runs in test_harness_sweep, the pooled row in test_sweep_table
 def test_seeds_multirun_prints_a_row_per_seed_and_a_pooled_row(tmp_path: Path) -> None:
     tiny = [*SMALL, "rl.steps=1", "warm_start.use_cache=true"]
     out = _repro("run", "-m", "experiment=mini_repro", f"run.output_root={tmp_path}", "seed=0,1", *tiny, cwd=Path(
