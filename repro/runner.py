@@ -35,14 +35,20 @@ def experiment_names() -> list[str]:
     return sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 
 
-def compose_config(overrides: list[str]) -> DictConfig:
-    """The composed config for ``overrides``; an unknown experiment lists the known ones."""
+def compose_with_hydra(overrides: list[str]) -> DictConfig:
+    """The composed config for ``overrides`` with Hydra's own ``hydra:`` settings; an unknown experiment lists the
+    known ones, a bad override is one line."""
     check_experiment(overrides)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
-            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+            return compose(config_name="config", overrides=overrides, return_hydra_config=True)
         except HydraException as exc:
             raise SystemExit(f"bad override: {exc}") from None
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The composed config for ``overrides`` (what a run records), without ``hydra:``."""
+    cfg = compose_with_hydra(overrides)
     experiment = cfg.hydra.runtime.choices.get("experiment")
     with open_dict(cfg):
         del cfg["hydra"]
@@ -103,12 +109,7 @@ def print_config(overrides: list[str], which: str = "job") -> None:
     ``hydra:`` settings too); nothing runs and nothing is written."""
     from omegaconf import OmegaConf
 
-    check_experiment(overrides)
-    if which == "all":
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
-    else:
-        cfg = compose_config(overrides)
+    cfg = compose_with_hydra(overrides) if which == "all" else compose_config(overrides)
     print(OmegaConf.to_yaml(cfg, resolve=False), end="")
 
 
