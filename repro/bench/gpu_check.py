@@ -8,8 +8,8 @@ Steps (each recorded as passed / failed / skipped with its time, details and com
 3. ``rollouts``: >= 8 mini-SWE-agent rollouts on bundled tasks through the proxy (``run_frozen_eval`` of the
    frozen evaluation, graded); without the harness env, plain chat calls through the proxy instead (``proxy_calls``).
 4. ``logprob_check``: recorded token ids / logprobs vs a teacher-forced transformers pass on the same checkpoint.
-5. ``train_step``: one policy-gradient step on the recorded rows (torch, on the GPU; ``repro.train``'s clipped
-   objective with the recorded logprobs as sampling logprobs, or plain REINFORCE without ``trl``), saved.
+5. ``train_step``: one update of the project's one trainer (``repro.train.rl.PolicyTrainer`` on the GPU, its
+   clipped objective with the recorded logprobs as sampling logprobs) on the recorded rows, saved.
 6. ``weight_sync``: the new weights pushed into the running vLLM (``repro.serving.vllm_weights``), then a greedy
    request must match the new checkpoint under transformers (and no longer the old one).
 
@@ -82,6 +82,7 @@ class GpuCheckConfig:
     gpu_memory_utilization: float = 0.25
     model_dir: Path | None = None  # an existing checkpoint instead of building the tiny model
     max_rows: int = 64
+    max_len: int = 4096  # tokens per training row (the prompt's tail is cut to fit)
     keep: bool = False
 
 
@@ -427,19 +428,64 @@ def logprob_check(ctx: Context) -> tuple[dict[str, Any], dict[str, Any]]:
     return summary, {**summary, "dtype": ctx.dtype}
 
 
+def advantages(rewards: list[float | None]) -> list[float]:
+    """Rewards minus their mean; when they are all equal (no signal, e.g. every rollout failed), alternating
+    +1 / -1, so that the step still changes the weights (the check is about plumbing, not learning)."""
+    values = [0.0 if r is None else float(r) for r in rewards]
+    mean = sum(values) / len(values) if values else 0.0
+    if all(abs(v - mean) < 1e-12 for v in values):
+        return [1.0 if i % 2 == 0 else -1.0 for i in range(len(values))]
+    return [v - mean for v in values]
+
+
+@dataclass
+class TrainRow:
+    """A recorded call in the shape the trainer reads (``repro.train.rl.TrainingRow``): aligned token lists."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    old_logprobs: list[float]
+    weight: float
+    advantage: float
+
+
+def training_rows(rows: list[Any], advs: list[float], max_len: int) -> list[TrainRow]:
+    """Prompt + completion per row (the completion's head and the prompt's tail within ``max_len``), loss on the
+    completion, the server's logprobs as the sampling logprobs; rows lacking a logprob for a token are left out."""
+    out = []
+    for row, adv in zip(rows, advs, strict=True):
+        completion = row.completion_ids[: max_len - 1]
+        prompt = row.prompt_ids[-(max_len - len(completion)) :]
+        logprobs = row.logprobs[: len(completion)]
+        if len(logprobs) < len(completion):
+            continue
+        out.append(TrainRow(prompt + completion, [0] * len(prompt) + [1] * len(completion),
+                            [0.0] * len(prompt) + list(logprobs), 1.0, adv))
+    return out
+
+
 def train_step(ctx: Context) -> tuple[Path, dict[str, Any]]:
-    """One policy-gradient step (fp32 on the device; ``repro.train``'s objective when importable, else REINFORCE)
-    on the rows, saved as ``work/step-1``."""
-    from repro.bench.logprob_check import load_causal_lm
-    from repro.bench.policy_step import advantages, policy_step, save_checkpoint
+    """One policy-gradient step of the project's one trainer (``repro.train.rl.PolicyTrainer``, fp32 on the
+    device, the recorded logprobs as sampling logprobs) on the rows, saved as ``work/step-1``."""
+    from repro.train.config import RlConfig
+    from repro.train.rl import PolicyTrainer
 
     if not ctx.rows:
         raise SkipStep("no rows to train on")
-    rows = ctx.rows[: ctx.cfg.max_rows]
-    model = load_causal_lm(ctx.model_dir, "float32", ctx.device)
-    stats = policy_step(model, rows, advantages([r.reward for r in rows]), lr=ctx.cfg.lr, device=ctx.device)
-    ctx.new_dir = save_checkpoint(model, ctx.model_dir, ctx.work / "step-1")
-    return ctx.new_dir, {**stats, "checkpoint": str(ctx.new_dir)}
+    recorded = ctx.rows[: ctx.cfg.max_rows]
+    rows = training_rows(recorded, advantages([r.reward for r in recorded]), ctx.cfg.max_len)
+    if not rows:
+        raise ValueError("no recorded row has a logprob for every completion token")
+    # one update, one row per micro-batch; no on-policy bound: the served dtype's drift is logprob_check's to measure
+    cfg = RlConfig(device=ctx.device, learning_rate=ctx.cfg.lr, updates_per_batch=1, micro_batch_rows=1,
+                   on_policy_log_ratio_max=0.0, weight_decay=0.0)
+    trainer = PolicyTrainer(ctx.model_dir, cfg)
+    stats = trainer.update(rows)
+    ctx.new_dir = trainer.save(ctx.work / "step-1")
+    update = stats["updates"][0] if stats["updates"] else {}
+    return ctx.new_dir, {"trainer": "repro.train.rl.PolicyTrainer", "device": str(trainer.device),
+                         "n_rows": stats["rows_trained"], "n_tokens": stats["sampled_tokens"], "lr": ctx.cfg.lr,
+                         "update_seconds": stats["seconds"], **update, "checkpoint": str(ctx.new_dir)}
 
 
 def _greedy_row(server_url: str, prompt_ids: list[int], max_tokens: int = 16) -> Any:

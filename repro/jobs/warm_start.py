@@ -31,6 +31,7 @@ from repro.store import open_store
 from repro.tasks.loaders import write_tasks
 from repro.tasks.schema import Task
 from repro.train.config import SftConfig
+from repro.train.device import non_default_device_settings
 from repro.train.sft import sft_steps, sft_train
 
 log = logging.getLogger(__name__)
@@ -62,8 +63,8 @@ def prompt_platform() -> str:
 
 def sft_identity(sft: SftConfig) -> dict[str, Any]:
     """The SFT settings in the key; an option added later is left out at the value that reproduces the old
-    behaviour, so warm starts trained before it existed stay valid (``sampling="random"``)."""
-    settings = asdict(sft)
+    behaviour, so warm starts trained before it existed stay valid (``sampling="random"``, the device settings)."""
+    settings = non_default_device_settings(asdict(sft))
     if settings.get("sampling") == "random":
         del settings["sampling"]
     return settings

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from repro.train.device import DeviceSettings
+
 WEIGHTINGS = ("rollout", "fragment")
 
 
 @dataclass
-class SftConfig:
+class SftConfig(DeviceSettings):
     """Supervised warm start on demonstration rows (loss on sampled tokens only), run with trl's SFTTrainer.
 
     The schedule is warm-up, constant, then linear decay to ``min_lr_ratio`` (transformers' WSD schedule).
+    Device, precision, gradient checkpointing and LoRA: :class:`~repro.train.device.DeviceSettings`.
     """
 
     epochs: float = 4.0
@@ -22,7 +25,6 @@ class SftConfig:
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    bf16: bool = False  # bf16 autocast on this CPU measured ~9x slower than fp32 (no native bf16 matmul)
     seed: int = 0
     logging_steps: int = 50
     torch_threads: int = 0  # 0 = torch's default (one per core)
@@ -30,7 +32,7 @@ class SftConfig:
 
 
 @dataclass
-class RlConfig:
+class RlConfig(DeviceSettings):
     """The policy-gradient update (GRPO/DAPO-style clipped objective, no KL term).
 
     ``weighting``: how a rollout's rows count — ``rollout`` (its rows share one rollout's weight) or
@@ -38,6 +40,7 @@ class RlConfig:
     rollouts (importance ratios against the recorded sampling logprobs keep later ones on-policy enough).
     ``on_policy_log_ratio_max``: the first update of every batch must see the policy that sampled it, so its
     max |log ratio| between the trainer's and the recorded logprobs above this fails the run (0: no check).
+    Device, precision, gradient checkpointing, LoRA and FSDP: :class:`~repro.train.device.DeviceSettings`.
     """
 
     weighting: str = "rollout"
@@ -55,6 +58,7 @@ class RlConfig:
     torch_threads: int = 0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.on_policy_log_ratio_max < 0:
             raise ValueError(f"trainer.on_policy_log_ratio_max must be >= 0, got {self.on_policy_log_ratio_max}")
         if self.weighting not in WEIGHTINGS:

@@ -13,11 +13,13 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from repro.train.config import RlConfig
+from repro.train.device import base_model, distributed, make_accelerator, merged_state_dict, prepare_model
 from repro.train.policy_loss import clipped_policy_loss, token_logprobs_and_entropy
 
-# Files besides the weights that make a checkpoint directory servable (tokenizer, chat template, provenance).
+# Files besides the weights that make a checkpoint directory servable (tokenizer, chat template, provenance);
+# vocab.json / merges.txt / added_tokens.json are a real model's (Qwen's) slow-tokenizer files.
 CHECKPOINT_EXTRAS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                     "repro_model.json")
+                     "repro_model.json", "vocab.json", "merges.txt", "added_tokens.json")
 
 
 class TrainingRow(Protocol):
@@ -81,20 +83,27 @@ def check_on_policy(log_ratio_abs_max: float, bound: float) -> None:
 
 
 class PolicyTrainer:
-    """Holds the policy and its optimizer across RL steps."""
+    """Holds the policy and its optimizer across RL steps, on the device its settings name (through accelerate:
+    :mod:`repro.train.device`); with the defaults (fp32 on the CPU, full fine-tuning) a plain torch loop."""
 
     def __init__(self, model_dir: Path, cfg: RlConfig) -> None:
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(cfg.seed)
         self.cfg, self.model_dir = cfg, Path(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        self.model.train()
-        self.pad_id = self.model.config.pad_token_id or 0
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate, betas=cfg.adam_betas,
-                                           weight_decay=cfg.weight_decay)
+        self.accelerator = make_accelerator(cfg)
+        model = prepare_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), cfg)
+        model.train()
+        self.pad_id = base_model(model).config.pad_token_id or 0
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate,
+                                      betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.device = self.accelerator.device
         self.rng = random.Random(cfg.seed)
         self.steps = 0
+
+    def _batch(self, rows: Sequence[TrainingRow]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device) for k, v in pad_rows(rows, self.pad_id).items()}
 
     def update(self, rows: Sequence[TrainingRow]) -> dict[str, Any]:
         """``updates_per_batch`` optimizer steps on ``rows``; returns what happened (for the run's log)."""
@@ -129,12 +138,12 @@ class PolicyTrainer:
         entropy_sum, tokens = 0.0, 0.0
         chunks = [order[i : i + self.cfg.micro_batch_rows] for i in range(0, len(order), self.cfg.micro_batch_rows)]
         for chunk in chunks:
-            batch = pad_rows(chunk, self.pad_id)
+            batch = self._batch(chunk)
             logps, entropy = token_logprobs_and_entropy(self.model, batch["input_ids"], batch["attention_mask"],
                                                         with_entropy=first)
             loss, st = clipped_policy_loss(logps, batch["old_logps"], batch["advantages"], batch["loss_mask"],
                                            batch["weights"], normalizer, self.cfg.clip_low, self.cfg.clip_high)
-            loss.backward()
+            self.accelerator.backward(loss)
             total += float(loss.detach())
             merged["clip_fraction"] += st["clip_fraction"] / len(chunks)
             merged["ratio_mean"] += st["ratio_mean"] / len(chunks)
@@ -142,7 +151,7 @@ class PolicyTrainer:
             if entropy is not None:
                 entropy_sum += float((entropy * batch["loss_mask"]).sum())
                 tokens += float(batch["loss_mask"].sum())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         out = {"loss": total, "grad_norm": float(grad_norm), **merged}
         if first:
@@ -154,7 +163,7 @@ class PolicyTrainer:
         """Max |log ratio| against the recorded logprobs and mean entropy on the sampled tokens, without an update."""
         log_ratio, entropy_sum, tokens = 0.0, 0.0, 0.0
         for start in range(0, len(rows), self.cfg.micro_batch_rows):
-            batch = pad_rows(rows[start : start + self.cfg.micro_batch_rows], self.pad_id)
+            batch = self._batch(rows[start : start + self.cfg.micro_batch_rows])
             logps, entropy = token_logprobs_and_entropy(self.model, batch["input_ids"], batch["attention_mask"])
             mask = batch["loss_mask"].float()
             if mask.any():
@@ -168,8 +177,11 @@ class PolicyTrainer:
         trainer continues exactly where this one stopped (its weights: :meth:`save`)."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps, "rng": self.rng.getstate(),
-                    "torch_rng": torch.get_rng_state()}, tmp)
+        state = {"optimizer": self.optimizer.state_dict(), "steps": self.steps, "rng": self.rng.getstate(),
+                 "torch_rng": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda_rng"] = torch.cuda.get_rng_state_all()
+        torch.save(state, tmp)
         tmp.replace(path)
         return path
 
@@ -180,13 +192,23 @@ class PolicyTrainer:
         self.steps = int(state["steps"])
         self.rng.setstate(state["rng"])
         torch.set_rng_state(state["torch_rng"])
+        if "cuda_rng" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
 
     def save(self, out_dir: Path) -> Path:
         """Write the current policy as a servable checkpoint (weights + the tokenizer files) to ``out_dir``."""
         out_dir = Path(out_dir)
         tmp = out_dir.with_name(out_dir.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp, safe_serialization=True)
+        model = self.accelerator.unwrap_model(self.model)
+        if self.cfg.lora_rank:  # adapters merged: the checkpoint loads and serves without peft
+            base_model(model).save_pretrained(tmp, state_dict=merged_state_dict(model), safe_serialization=True)
+        elif self.cfg.fsdp and distributed():  # the full state gathered from the shards
+            state = self.accelerator.get_state_dict(self.model)
+            model.save_pretrained(tmp, state_dict=state, is_main_process=self.accelerator.is_main_process,
+                                  safe_serialization=True)
+        else:
+            model.save_pretrained(tmp, safe_serialization=True)
         copy_extras(self.model_dir, tmp)
         shutil.rmtree(out_dir, ignore_errors=True)
         tmp.rename(out_dir)

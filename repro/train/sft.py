@@ -18,6 +18,7 @@ from trl import SFTTrainer
 
 from repro.report.progress import duration
 from repro.train.config import SftConfig
+from repro.train.device import base_model, distributed, lora_config, merged_state_dict, resolve_device
 from repro.train.rl import TrainingRow, copy_extras
 
 IGNORE_INDEX = -100
@@ -61,10 +62,19 @@ def trl_args(cfg: SftConfig, n_rows: int, work_dir: Path) -> TrlSFTConfig:
         learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm,
         lr_scheduler_type="warmup_stable_decay", warmup_steps=min(cfg.warmup_steps, steps // 2),
         lr_scheduler_kwargs={"num_decay_steps": decay, "min_lr_ratio": cfg.min_lr_ratio, "decay_type": "linear"},
-        bf16=cfg.bf16, use_cpu=True, seed=cfg.seed, data_seed=cfg.seed, logging_steps=cfg.logging_steps,
+        bf16=cfg.bf16, use_cpu=resolve_device(cfg.device) == "cpu", seed=cfg.seed, data_seed=cfg.seed,
+        logging_steps=cfg.logging_steps,
         save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0, max_length=None,
-        train_sampling_strategy=cfg.sampling,
+        train_sampling_strategy=cfg.sampling, fsdp=fsdp_option(cfg),
+        **({"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}),
     )
+
+
+def fsdp_option(cfg: SftConfig) -> str:
+    """transformers' ``fsdp`` argument: full sharding (plus CPU offload) inside a distributed launch, else off."""
+    if not (cfg.fsdp and distributed()):
+        return ""
+    return "full_shard auto_wrap offload" if cfg.fsdp_offload else "full_shard auto_wrap"
 
 
 def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: SftConfig) -> dict[str, Any]:
@@ -77,7 +87,8 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     args = trl_args(cfg, len(rows), Path(out_dir).with_name(Path(out_dir).name + ".trainer"))
-    trainer = SFTTrainer(model=model, args=args, train_dataset=rows_dataset(rows), processing_class=tokenizer)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=rows_dataset(rows), processing_class=tokenizer,
+                         peft_config=lora_config(cfg))
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(SftProgress())
     print(f"sft: {len(rows)} rows, {args.max_steps} steps of {cfg.batch_size}", flush=True)
@@ -86,7 +97,11 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
     finally:
         shutil.rmtree(args.output_dir, ignore_errors=True)  # trl's work folder: no checkpoints are saved there
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    trained = trainer.accelerator.unwrap_model(trainer.model)
+    if cfg.lora_rank:  # adapters merged: the checkpoint loads and serves without peft
+        base_model(trained).save_pretrained(out_dir, state_dict=merged_state_dict(trained), safe_serialization=True)
+    else:
+        trained.save_pretrained(out_dir, safe_serialization=True)
     copy_extras(model_dir, out_dir)
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     tokens = sum(len(r.input_ids) for r in rows) * cfg.epochs

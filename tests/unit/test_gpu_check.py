@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,14 +24,16 @@ from repro.bench.gpu_check import (
     Report,
     Runner,
     SkipStep,
+    advantages,
     completion_row,
     resolve_server,
     run_check,
+    train_step,
+    training_rows,
     vllm_config,
     weight_sync,
 )
 from repro.bench.logprob_check import TOLERANCES, Row, compare_rows, greedy_rows, load_causal_lm, rows_from_store
-from repro.bench.policy_step import advantages, policy_step, save_checkpoint, training_rows
 from repro.net import free_port
 from repro.serving.vllm_launcher import build_vllm_command
 from repro.serving.vllm_weights import WeightSyncError, install_weights, reload_weights
@@ -53,13 +54,16 @@ def model_and_rows(tiny_model_dir: Path) -> tuple[torch.nn.Module, list[Row]]:
 
 @pytest.fixture(scope="module")
 def trained_dir(tiny_model_dir: Path, model_and_rows, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The check's train_step (the project's PolicyTrainer) on greedy rows of the model itself."""
     _, rows = model_and_rows
-    model = load_causal_lm(tiny_model_dir, "float32", "cpu")
-    stats = policy_step(model, rows, advantages([None, None]), lr=5e-3, device="cpu")
-    assert stats["trainer"] == "repro.train clipped_policy_loss" and stats["grad_norm"] > 0
+    work = tmp_path_factory.mktemp("step")
+    ctx = Context(cfg=GpuCheckConfig(out=work, lr=5e-3), work=work, device="cpu", env={}, dtype="float32",
+                  model_dir=tiny_model_dir, rows=rows)
+    new_dir, stats = train_step(ctx)
+    assert stats["trainer"] == "repro.train.rl.PolicyTrainer" and stats["grad_norm"] > 0
     assert stats["n_tokens"] == sum(len(r.completion_ids) for r in rows)
     assert stats["log_ratio_abs_max"] < 1e-4  # the rows' logprobs are the model's own: importance ratio 1
-    return save_checkpoint(model, tiny_model_dir, tmp_path_factory.mktemp("step") / "step-1")
+    return new_dir
 
 
 # -- logprob parity ------------------------------------------------------------------------------------------
@@ -111,16 +115,6 @@ def test_training_rows_align_tokens_mask_and_logprobs() -> None:
     assert len(out) == 1  # the second row lacks a logprob for one of its tokens
     assert out[0].input_ids == [3, 4, 5, 6] and out[0].loss_mask == [0, 0, 1, 1]
     assert out[0].old_logprobs == [0.0, 0.0, -0.1, -0.2] and out[0].advantage == 1.0
-
-
-def test_reinforce_fallback_without_the_trainer(tiny_model_dir: Path, model_and_rows,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "repro.train.policy_loss", None)  # as if trl were missing
-    model = load_causal_lm(tiny_model_dir, "float32", "cpu")
-    before = [p.detach().clone() for p in model.parameters()]
-    stats = policy_step(model, model_and_rows[1], [1.0, -1.0], lr=1e-3, device="cpu")
-    assert stats["trainer"].startswith("REINFORCE") and "trainer_fallback_reason" in stats
-    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
 def test_trained_checkpoint_is_complete_and_changed(tiny_model_dir: Path, trained_dir: Path, model_and_rows) -> None:

@@ -1,0 +1,136 @@
+"""Where and how the one trainer runs: device, precision, gradient checkpointing, LoRA and FSDP, through accelerate.
+
+The CPU miniature runs with every setting at its default (fp32 on the CPU, full fine-tuning): accelerate then wraps
+nothing and the numbers are those of a plain torch loop. On GPUs the same :class:`~repro.train.rl.PolicyTrainer`
+and SFT use bf16 autocast, gradient checkpointing, LoRA adapters (peft) and, when the process is started by a
+distributed launcher (``accelerate launch`` / ``torchrun``), FSDP with optional CPU offload.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+DEVICES = ("cpu", "cuda", "auto")
+LORA_HINT = "LoRA needs peft: pip install -e '.[lora]' (or set trainer.lora_rank=0 for full fine-tuning)"
+
+
+@dataclass
+class DeviceSettings:
+    """The settings SFT and RL share (both configs inherit them; Hydra groups set them per phase).
+
+    ``lora_rank`` 0 trains every weight; > 0 trains LoRA adapters on ``lora_target_modules`` (peft's
+    ``all-linear`` by default) and saves merged weights, so a servable checkpoint never needs peft.
+    ``fsdp`` shards parameters, gradients and optimizer state across the processes of a distributed launch
+    (``fsdp_offload`` moves them to CPU memory); in a single process it changes nothing.
+    """
+
+    device: str = "cpu"  # cpu | cuda | auto (cuda when available)
+    bf16: bool = False  # bf16 autocast (on this CPU measured ~9x slower than fp32: no native bf16 matmul)
+    gradient_checkpointing: bool = False
+    lora_rank: int = 0
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: str = "all-linear"
+    fsdp: bool = False
+    fsdp_offload: bool = False
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"trainer device must be one of {DEVICES}, got {self.device!r}")
+        if self.lora_rank < 0:
+            raise ValueError(f"lora_rank must be >= 0 (0: full fine-tuning), got {self.lora_rank}")
+
+
+DEFAULT_DEVICE_SETTINGS = DeviceSettings()
+
+
+def non_default_device_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` without the device fields that sit at their defaults (keeps cache keys made before they
+    existed valid: the defaults reproduce the old behaviour)."""
+    defaults = vars(DEFAULT_DEVICE_SETTINGS)
+    return {k: v for k, v in settings.items() if k not in defaults or k == "bf16" or v != defaults[k]}
+
+
+def resolve_device(name: str) -> str:
+    """``cpu`` or ``cuda``; ``auto`` picks cuda when torch sees a GPU. Asking for cuda without one is an error."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("trainer device=cuda, but torch sees no GPU (torch.cuda.is_available() is False); "
+                           "use device=cpu or auto, or install a CUDA build of torch (the gpu extra)")
+    return name
+
+
+def distributed() -> bool:
+    """True inside a multi-process launch (``accelerate launch`` / ``torchrun`` set WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def make_accelerator(settings: DeviceSettings) -> Any:
+    """An ``accelerate.Accelerator`` for ``settings``. In a single process a state left by an earlier phase with
+    other settings (e.g. a bf16 SFT before an fp32 RL phase) is reset instead of refused."""
+    from accelerate import Accelerator, FullyShardedDataParallelPlugin
+    from accelerate.state import AcceleratorState
+
+    kwargs: dict[str, Any] = {"cpu": resolve_device(settings.device) == "cpu",
+                              "mixed_precision": "bf16" if settings.bf16 else "no"}
+    if settings.fsdp and distributed():
+        kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(cpu_offload=settings.fsdp_offload,
+                                                               activation_checkpointing=settings.gradient_checkpointing)
+    try:
+        return Accelerator(**kwargs)
+    except ValueError:
+        if distributed():
+            raise
+        AcceleratorState._reset_state(reset_partial_state=True)
+        return Accelerator(**kwargs)
+
+
+def lora_config(settings: DeviceSettings) -> Any:
+    """peft's ``LoraConfig`` for ``settings`` (None for full fine-tuning)."""
+    if not settings.lora_rank:
+        return None
+    try:
+        from peft import LoraConfig
+    except ImportError as exc:
+        raise ImportError(LORA_HINT) from exc
+    return LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+                      target_modules=settings.lora_target_modules, task_type="CAUSAL_LM")
+
+
+def prepare_model(model: torch.nn.Module, settings: DeviceSettings) -> torch.nn.Module:
+    """Gradient checkpointing and LoRA adapters on a freshly loaded model (before accelerate's ``prepare``)."""
+    if settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    config = lora_config(settings)
+    if config is None:
+        return model
+    from peft import get_peft_model
+
+    if settings.gradient_checkpointing:
+        model.enable_input_require_grads()
+    return get_peft_model(model, config)
+
+
+def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights of ``model`` as the base architecture names them, LoRA adapters merged in (no peft needed to
+    load or serve them). ``model`` is left as it was (adapters unmerged)."""
+    if not hasattr(model, "merge_adapter"):
+        return {k: v for k, v in model.state_dict().items()}
+    model.merge_adapter()
+    try:
+        base = model.get_base_model()
+        return {key.replace(".base_layer", ""): value.detach().clone()
+                for key, value in base.state_dict().items() if ".lora_" not in key}
+    finally:
+        model.unmerge_adapter()
+
+
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under peft's wrapper (the model itself without LoRA)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
