@@ -68,8 +68,9 @@ class Plan:
         return self.gpu_h * self.throughput.price_per_gpu_hour
 
 
-def schedule_of(cfg: Any) -> Schedule:
-    """The rollouts a composed experiment config schedules (RL, its validation evaluations, the test evaluation)."""
+def schedule_of(cfg: Any, test_tasks: int | None = None) -> Schedule:
+    """The rollouts a composed experiment config schedules (RL, its validation evaluations, the test evaluation);
+    ``test_tasks``: the test set's size where the config reads it from a file (SWE-bench Verified: 500)."""
     rl, trainer, ev = cfg.get("rl"), cfg.get("trainer"), cfg.get("eval")
     steps = int(rl.steps) if rl is not None else 0
     per_step = int(rl.tasks_per_step) * int(rl.samples_per_task) if rl is not None else 0
@@ -79,7 +80,10 @@ def schedule_of(cfg: Any) -> Schedule:
     if validation is not None and int(validation.get("every_steps", 0) or 0) > 0:
         val_rollouts = (steps // int(validation.every_steps)) * int(validation.n_tasks) * int(validation.get("k", 1))
     tasks = cfg.get("tasks")
-    n_test = int(tasks.get("n_tasks", 0) or 0) if tasks is not None else 0
+    n_test = test_tasks if test_tasks is not None else int(tasks.get("n_tasks", 0) or 0) if tasks is not None else 0
+    if not n_test:
+        raise SystemExit("the test set's size is not in the config (its tasks come from a file): pass --test-tasks N "
+                         "(SWE-bench Verified: 500)")
     evaluations = 2 if rl is not None else 1  # before and after RL
     return Schedule(steps * per_step, int(trainer.updates_per_batch) if trainer is not None else 1, steps,
                     val_rollouts, evaluations * n_test * k)
@@ -131,6 +135,8 @@ def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--sampled-tokens-per-rollout", type=float, required=True)
     parser.add_argument("--context-tokens-per-rollout", type=float, required=True)
     parser.add_argument("--price-per-gpu-hour", type=float, default=0.0)
+    parser.add_argument("--test-tasks", type=int, default=None,
+                        help="the test set's size when the config reads it from a file (SWE-bench Verified: 500)")
     parser.set_defaults(func=plan_command)
     return parser
 
@@ -142,4 +148,4 @@ def plan_command(args: argparse.Namespace) -> None:
     throughput = Throughput(args.gpu_type, args.generation_tokens_per_s, args.training_tokens_per_s,
                             args.price_per_gpu_hour)
     shape = RolloutShape(args.sampled_tokens_per_rollout, args.context_tokens_per_rollout)
-    print(render(estimate(schedule_of(cfg), shape, throughput, args.gpus), str(cfg.run.name)), end="")
+    print(render(estimate(schedule_of(cfg, args.test_tasks), shape, throughput, args.gpus), str(cfg.run.name)), end="")

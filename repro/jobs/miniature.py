@@ -24,7 +24,7 @@ from repro.evaluation.spec import EvalSpec
 from repro.files import weights_sha256
 from repro.jobs.evaluate import EvalConfig, build_spec, load_task_set, refuse_if_all_infra, run_frozen_eval
 from repro.jobs.probe import filter_rl_tasks
-from repro.jobs.rl_loop import TRAINER_STATE, RlLoop, RlPhaseConfig
+from repro.jobs.rl_loop import CHECKPOINT, TRAINER_STATE, RlLoop, RlPhaseConfig
 from repro.jobs.rollouts import GradeCache
 from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.jobs.warm_start import WarmStartConfig, warm_start
@@ -115,12 +115,15 @@ def split_train(tasks: list[Task], n_demo: int, rl_difficulty: str | None = None
 
 def stage_policy(warm_dir: Path, arm_dir: Path) -> Path:
     """A private copy of the warm-start checkpoint that RL overwrites step by step (the cache stays intact); an
-    interrupted arm's copy (a step finished: ``rl/trainer_state.pt`` beside it) is kept, and RL resumes from it."""
+    interrupted arm's copy (a step finished: ``rl/trainer_state.pt`` beside it) is kept, and RL resumes from it;
+    with ``rl.checkpoint_every`` > 1 the policy comes back from the last checkpoint (``rl/checkpoint``)."""
     policy = arm_dir / "policy"
     if (arm_dir / "rl" / TRAINER_STATE).exists() and (policy / "config.json").exists():
         return policy
+    checkpoint = arm_dir / "rl" / CHECKPOINT
+    source = checkpoint if (checkpoint / TRAINER_STATE).exists() else warm_dir
     shutil.rmtree(policy, ignore_errors=True)
-    shutil.copytree(warm_dir, policy, ignore=shutil.ignore_patterns("warm_start.json"))
+    shutil.copytree(source, policy, ignore=shutil.ignore_patterns("warm_start.json", TRAINER_STATE))
     return policy
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,19 +23,26 @@ from repro.sandbox.local import LocalSandbox
 from repro.seeding import rl_seed
 from repro.store import open_store
 from repro.tasks.schema import Task
+from repro.train.reward import RewardConfig
 from repro.train.rl import PolicyTrainer
 from repro.train.task_filter import MIXED, outcome_class, outcomes_by_task
 
 TRAINER_STATE = "trainer_state.pt"
 STEP_RECORD = "step_record.json"
 POLICY_STEP = "rl_step.json"  # in the policy checkpoint: the RL step whose update its weights hold
+CHECKPOINT = "checkpoint"  # rl/checkpoint/: weights + trainer state of the last resumable step (checkpoint_every > 1)
 
 
 @dataclass
 class RlPhaseConfig:
-    """The RL schedule: steps x tasks per step x samples per task (one GRPO group per task)."""
+    """The RL schedule: steps x tasks per step x samples per task (one GRPO group per task). ``epochs`` > 0: as
+    many steps as that many passes over the RL tasks take, capped at ``steps`` (``repro.jobs.rl_run``);
+    ``checkpoint_every``: steps between resumable checkpoints (optimizer state; the weights are saved every step
+    for the server to load)."""
 
     steps: int = 12
+    epochs: float = 0.0
+    checkpoint_every: int = 1
     tasks_per_step: int = 16
     samples_per_task: int = 8
     temperature: float = 1.0
@@ -42,8 +51,14 @@ class RlPhaseConfig:
     concurrency: int = 16
     grading_threads: int = 2
     seed: int = 0
+    reward: RewardConfig = field(default_factory=RewardConfig)  # which tests count, turn / prompt penalties
+    extra_sampling: dict[str, Any] = field(default_factory=dict)  # e.g. chat_template_kwargs (thinking off)
 
     def __post_init__(self) -> None:
+        if self.checkpoint_every < 1:
+            raise ValueError(f"rl.checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        if isinstance(self.reward, dict):
+            self.reward = RewardConfig(**self.reward)
         for name in ("temperature", "top_p"):
             if getattr(self, name) != 1.0:
                 raise ValueError(
@@ -66,9 +81,10 @@ def rollout_options(cfg: RlPhaseConfig, step: int, identity: dict[str, Any]) -> 
     return RolloutOptions(
         mode="train", k=cfg.samples_per_task, seed_of=partial(rl_seed, cfg.seed, step),
         concurrency=cfg.concurrency,
-        sampling={"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens},
+        sampling={"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens,
+                  **cfg.extra_sampling},
         grading_threads=cfg.grading_threads, write_preds=False, harness_name=identity.get("name", ""),
-        harness_version=identity.get("version", ""),
+        harness_version=identity.get("version", ""), reward=cfg.reward,
     )
 
 
@@ -79,6 +95,12 @@ def group_stats(reports: list[Any]) -> dict[str, Any]:
     return {"rollouts": len(reports), "infra_failures": sum(r.infra_failure for r in reports),
             "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0, "groups": len(by_task),
             "mixed_groups": sum(1 for xs in by_task.values() if outcome_class(xs) == MIXED)}
+
+
+def shaped_reward_mean(store: Any, rollout_ids: list[str]) -> float:
+    """Mean recorded reward of the rollouts that have one (infrastructure failures have none)."""
+    rewards = [r.reward for r in (store.get_rollout(i) for i in rollout_ids) if r is not None and r.reward is not None]
+    return sum(rewards) / len(rewards) if rewards else 0.0
 
 
 def step_diagnostics(record: dict[str, Any]) -> dict[str, Any]:
@@ -105,22 +127,58 @@ def step_diagnostics(record: dict[str, Any]) -> dict[str, Any]:
 
 
 class RlLoop:
-    """Holds the trainer, the live stack and the harness across steps."""
+    """Holds the trainer, the live stack and the harness across steps. ``validate`` (step -> record), when given,
+    runs after every ``validate_every``-th step's update; its record goes into the step's."""
 
     def __init__(self, run_dir: Path, cfg: RlPhaseConfig, trainer: PolicyTrainer, samples: SampleConfig,
-                 stack: Stack, agent: Any, box: LocalSandbox, policy_dir: Path) -> None:
+                 stack: Stack, agent: Any, box: LocalSandbox, policy_dir: Path,
+                 validate: Callable[[int], dict[str, Any]] | None = None, validate_every: int = 0) -> None:
         self.run_dir, self.cfg, self.trainer, self.samples = Path(run_dir), cfg, trainer, samples
         self.stack, self.agent, self.box, self.policy_dir = stack, agent, box, Path(policy_dir)
+        self.validate, self.validate_every = validate, validate_every
         self.grade_cache = GradeCache()
         self.store_path = self.run_dir / "traces.sqlite"
 
     @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / "rl" / CHECKPOINT
+
+    @property
     def state_path(self) -> Path:
+        if self.cfg.checkpoint_every > 1:
+            return self.checkpoint_dir / TRAINER_STATE
         return self.run_dir / "rl" / TRAINER_STATE
+
+    def _rewind_to_checkpoint(self) -> None:
+        """Steps after the last checkpoint (all of them without one) are dropped: the weights that sampled their
+        rollouts are gone; the policy came back from the checkpoint (or the start)."""
+        marker = self.checkpoint_dir / POLICY_STEP
+        kept = json.loads(marker.read_text())["step"] if marker.exists() else -1
+        for step_dir in sorted((self.run_dir / "rl").glob("step_*")):
+            if int(step_dir.name.split("_")[1]) > kept:
+                shutil.rmtree(step_dir)
+
+    def _checkpoint(self, step: int) -> None:
+        """Make ``step`` resumable: the trainer state (every step with ``checkpoint_every`` 1, beside the weights
+        saved for the server), or every ``checkpoint_every`` steps and at the end a copy of weights + state."""
+        every = self.cfg.checkpoint_every
+        if every <= 1:
+            self.trainer.save_state(self.state_path)
+            return
+        if (step + 1) % every and step + 1 != self.cfg.steps:
+            return
+        tmp = self.checkpoint_dir.with_name(CHECKPOINT + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(self.policy_dir, tmp)
+        self.trainer.save_state(tmp / TRAINER_STATE)
+        shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
+        tmp.rename(self.checkpoint_dir)
 
     def completed_steps(self) -> list[dict[str, Any]]:
         """The records of the steps a previous, interrupted run of this arm finished (its weights are the policy's
         checkpoint and its optimizer state ``rl/trainer_state.pt``, both written after each step)."""
+        if self.cfg.checkpoint_every > 1 and (self.run_dir / "rl").exists():
+            self._rewind_to_checkpoint()
         if not self.state_path.exists():
             return []
         records = []
@@ -169,20 +227,27 @@ class RlLoop:
             try:
                 ids = [r.rollout_id for r in reports]
                 samples, n_calls = build_rows(store, ids, self.samples), store.count_calls(ids)
+                shaped = shaped_reward_mean(store, ids) if self.cfg.reward.shaped else None
             finally:
                 store.close()
             update = self.trainer.update(samples.rows)
             self.trainer.save(self.policy_dir)
             (self.policy_dir / POLICY_STEP).write_text(json.dumps({"step": step}))
             sync_s = self.stack.sync_weights(self.policy_dir)
-        record = {"step": step, **group_stats(reports), "samples": samples.stats(), "update": update,
+        stats = group_stats(reports)
+        if shaped is not None:  # the reward the trainer saw (the verdict's share stays as resolved_share)
+            stats = {**stats, "resolved_share": stats["reward_mean"], "reward_mean": shaped}
+        record = {"step": step, **stats, "samples": samples.stats(), "update": update,
                   "rollout_s": rollout_s, "sync_s": sync_s, "grade_cache_hits": self.grade_cache.hits,
                   "calls": n_calls, "calls_histogram": calls_histogram([r.n_calls for r in reports])}
         record["diagnostics"] = step_diagnostics(record)
+        if self.validate is not None and self.validate_every > 0 and (step + 1) % self.validate_every == 0:
+            with accountant.phase("validation"):
+                record["validation"] = self.validate(step)
         (self.run_dir / "rl").mkdir(parents=True, exist_ok=True)
         with (self.run_dir / "rl" / "diagnostics.jsonl").open("a") as out:
             out.write(json.dumps(record["diagnostics"]) + "\n")
-        self.trainer.save_state(self.state_path)  # with the weights saved above: the step is resumable from here
+        self._checkpoint(step)  # with the weights saved above: the step is resumable from here
         step_dir = self.run_dir / "rl" / f"step_{step:03d}"
         step_dir.mkdir(parents=True, exist_ok=True)
         (step_dir / STEP_RECORD).write_text(json.dumps(record, default=str))

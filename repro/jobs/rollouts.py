@@ -35,6 +35,7 @@ from repro.sandbox.local import LocalSandbox
 from repro.sandbox.repos import RepoError
 from repro.store import open_store
 from repro.tasks.schema import Task
+from repro.train.reward import RewardConfig, shaped_reward
 
 NOT_GRADED = GradeResult("unresolved", "not graded (demonstration)")
 
@@ -56,6 +57,7 @@ class RolloutOptions:
     harness_version: str = ""
     fingerprint: str = ""
     write_preds: bool = True
+    reward: RewardConfig | None = None  # RL's reward shaping (None: the verdict, 1.0 for resolved)
 
 
 class GradeCache:
@@ -215,6 +217,14 @@ class RolloutRunner:
         workspace.cleanup()
         return self._record(task, sample, rollout.rollout_id, result, grade, patch, started)
 
+    def _reward(self, task: Task, grade: GradeResult, report: InstanceReport, store: Any) -> float:
+        """The verdict as 1.0 / 0.0, or the shaped reward of ``opts.reward`` (``repro.train.reward``)."""
+        cfg = self.opts.reward
+        if cfg is None or not cfg.shaped:
+            return float(grade.outcome == "resolved")
+        longest = max((c.prompt_tokens or 0 for c in store.calls(report.rollout_id)), default=0)
+        return shaped_reward(task, grade.outcome, grade.tests, report.n_calls, longest, cfg)[0]
+
     def _infra_failure(self, task: Task, sample: int, rollout_id: str, reason: str, started: float) -> InstanceReport:
         result = HarnessResult(rollout_id, "crashed", reason=f"workspace could not be made: {reason}")
         return self._record(task, sample, rollout_id, result, GradeResult("error", reason), "", started)
@@ -225,7 +235,7 @@ class RolloutRunner:
         report = InstanceReport.build(task, sample, rollout_id, result, grade, patch,
                                       usage_from_store(store, rollout_id), started)
         infra = report.infra_failure
-        reward = None if infra or not self.opts.grade else float(grade.outcome == "resolved")
+        reward = None if infra or not self.opts.grade else self._reward(task, grade, report, store)
         store.finish_rollout(rollout_id, "failed" if infra else "finished", reward=reward,
                              failure_reason=(grade.reason or result.reason) if infra else None)
         write_report(self.run_dir, report, patch)

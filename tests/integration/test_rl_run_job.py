@@ -1,0 +1,30 @@
+"""The full-scale job (experiment=rl_run; agl_swebench_qwen35_9b is the same job at scale) at toy size on CPU: the
+real harness through the proxy and the CPU server, frozen evaluation before and after, RL steps with a validation
+point every 2 steps, the shaped reward (a prompt-length penalty: recorded in the store and in each step's mean), and
+the run's metrics. (The random tiny model's rollouts of one task are alike, so its groups carry no advantage; the
+miniature's tests are the ones that show updates.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from repro.cli import main
+
+
+def test_rl_run_evaluates_trains_with_a_shaped_reward_and_validates(tmp_path: Path) -> None:
+    main(["run", "experiment=rl_run", "rl.steps=2", "validation.every_steps=2", "rl.reward.prompt_penalty=0.5",
+          "rl.reward.prompt_penalty_from=50", "rl.reward.prompt_penalty_to=3000",
+          f"run.output_root={tmp_path}"])
+    (metrics_path,) = tmp_path.glob("rl_run/*/metrics.json")
+    metrics = json.loads(metrics_path.read_text())
+    assert metrics["kind"] == "before_after" and metrics["before"]["n_samples"] == metrics["after"]["n_samples"] == 4
+    assert metrics["before"]["fingerprint"] == metrics["after"]["fingerprint"]  # one frozen spec
+    history = metrics["rl"]["history"]
+    assert [h["step"] for h in history] == [0, 1]
+    assert all(h["reward_mean"] < 0 and h["resolved_share"] == 0 for h in history)  # the penalty, recorded
+    assert all(h["update"]["rows"] > 0 for h in history)  # the calls became rows
+    (point,) = metrics["validation"]  # every 2 steps: after the second step only
+    assert point["step"] == 1 and point["n"] == 4 and 0.0 <= point["pass_at_1"] <= 1.0
+    assert (metrics_path.parent / "validation" / "step_001").is_dir()
+    assert "validation" in metrics["compute"]["phases"]

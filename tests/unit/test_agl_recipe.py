@@ -1,0 +1,49 @@
+"""experiment=agl_swebench_qwen35_9b composes to Agent Lightning's published SWE recipe, and its schedule (4 epochs
+capped at 1,000 steps) resolves against the size of the training file."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.utils import instantiate
+
+from repro.jobs.rl_loop import RlPhaseConfig
+from repro.jobs.rl_run import resolved_steps
+from repro.runner import compose_config
+
+RECIPE = ["experiment=agl_swebench_qwen35_9b", "eval.checkpoint=/models/Qwen3.5-9B",
+          "train_tasks.source=train.jsonl", "val_tasks.source=val.jsonl"]
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return compose_config(RECIPE)
+
+
+def test_the_recipe_values(cfg) -> None:
+    assert (cfg.rl.samples_per_task, cfg.rl.tasks_per_step, cfg.rl.epochs, cfg.rl.steps) == (8, 16, 4, 1000)
+    assert (cfg.rl.temperature, cfg.rl.max_tokens) == (1.0, 12288)
+    assert cfg.rl.extra_sampling.chat_template_kwargs.enable_thinking is False
+    assert (cfg.trainer.learning_rate, cfg.trainer.clip_low, cfg.trainer.clip_high) == (1e-6, 0.2, 0.28)
+    assert (cfg.trainer.updates_per_batch, cfg.trainer.weighting, cfg.samples.mode) == (2, "rollout", "prefix_merge")
+    assert (cfg.harness.step_limit, cfg.harness.wall_time_limit_s, cfg.harness.max_tokens) == (100, 5400, 12288)
+    assert cfg.serving.max_model_len == 81920 and cfg.serving._target_.endswith("VllmServingConfig")
+    assert cfg.sandbox._target_.endswith("DockerSandboxConfig")
+    reward = cfg.rl.reward
+    assert (reward.tests, reward.turn_penalty, reward.turn_penalty_from) == ("same_file", 0.1, 80)
+    assert (reward.prompt_penalty, reward.prompt_penalty_from, reward.prompt_penalty_to) == (0.1, 50000, 64000)
+    assert (cfg.validation.every_steps, cfg.validation.n_tasks, cfg.validation.temperature) == (16, 400, 0.7)
+    assert cfg.tasks.source == "princeton-nlp/SWE-bench_Verified"
+
+
+def test_the_configs_instantiate(cfg) -> None:
+    rl = instantiate(cfg.rl, _convert_="all")
+    assert rl.reward.shaped and rl.checkpoint_every == 16
+    trainer = instantiate(cfg.trainer, _convert_="all")
+    assert trainer.device == "cuda" and trainer.bf16 and trainer.gradient_checkpointing
+
+
+@pytest.mark.parametrize(("n_tasks", "steps"), [(6000, 1000), (2000, 500), (10, 3)])
+def test_four_epochs_capped_at_1000_steps(n_tasks: int, steps: int) -> None:
+    rl = RlPhaseConfig(steps=1000, epochs=4, tasks_per_step=16)
+    assert resolved_steps(rl, n_tasks) == steps
+    assert resolved_steps(RlPhaseConfig(steps=12), n_tasks) == 12  # no epochs: the steps as given

@@ -1,0 +1,83 @@
+"""RL reward shaping (repro.train.reward): the default is the grader's verdict; Agent Lightning's scope counts
+FAIL_TO_PASS and the PASS_TO_PASS tests of the same files; the turn and prompt-length penalties are bounded ramps."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from repro.jobs.rollouts import RolloutOptions, RolloutRunner
+from repro.protocols import GradeResult
+from repro.tasks.schema import Task
+from repro.train.reward import RewardConfig, ramp, rewarded_tests, shaped_reward, task_reward
+
+TASK = Task("t", "o/r", "0" * 40, "text",
+            FAIL_TO_PASS=["tests/test_a.py::test_bug"],
+            PASS_TO_PASS=["tests/test_a.py::test_ok", "tests/test_b.py::test_far"])
+AGL = RewardConfig(tests="same_file", turn_penalty=0.1, turn_penalty_from=80, max_turns=100,
+                   prompt_penalty=0.1, prompt_penalty_from=50_000, prompt_penalty_to=64_000)
+
+
+def statuses(bug: str = "PASSED", ok: str = "PASSED", far: str = "PASSED") -> dict[str, str]:
+    return {"tests/test_a.py::test_bug": bug, "tests/test_a.py::test_ok": ok, "tests/test_b.py::test_far": far}
+
+
+def test_same_file_scope_counts_fail_to_pass_and_its_files_pass_to_pass_only() -> None:
+    assert rewarded_tests(TASK, "same_file") == ["tests/test_a.py::test_bug", "tests/test_a.py::test_ok"]
+    # a far-away test broken: unresolved for SWE-bench, still rewarded under Agent Lightning's scope
+    assert task_reward(TASK, "unresolved", statuses(far="FAILED"), "same_file") == 1.0
+    assert task_reward(TASK, "unresolved", statuses(far="FAILED"), "all") == 0.0
+    assert task_reward(TASK, "unresolved", statuses(ok="FAILED"), "same_file") == 0.0
+    assert task_reward(TASK, "unresolved", statuses(bug="MISSING"), "same_file") == 0.0
+    assert task_reward(TASK, "timeout", statuses(), "same_file") == 0.0  # infrastructure outcomes earn nothing
+
+
+def test_penalties_follow_the_recipe_ramps() -> None:
+    assert shaped_reward(TASK, "resolved", statuses(), 80, 50_000, AGL)[0] == 1.0
+    reward, parts = shaped_reward(TASK, "resolved", statuses(), 90, 57_000, AGL)
+    assert parts == {"task": 1.0, "turn_penalty": pytest.approx(0.05), "prompt_penalty": pytest.approx(0.05)}
+    assert reward == pytest.approx(0.9)
+    assert shaped_reward(TASK, "unresolved", statuses(bug="FAILED"), 150, 90_000, AGL)[0] == pytest.approx(-0.2)
+
+
+@given(calls=st.integers(0, 500), more=st.integers(0, 100), prompt=st.integers(0, 200_000),
+       longer=st.integers(0, 50_000))
+def test_penalties_are_bounded_and_never_reward_longer_rollouts(calls: int, more: int, prompt: int,
+                                                                longer: int) -> None:
+    reward, parts = shaped_reward(TASK, "resolved", statuses(), calls, prompt, AGL)
+    assert 0.0 <= parts["turn_penalty"] <= 0.1 and 0.0 <= parts["prompt_penalty"] <= 0.1
+    assert reward == pytest.approx(1.0 - parts["turn_penalty"] - parts["prompt_penalty"])
+    assert shaped_reward(TASK, "resolved", statuses(), calls + more, prompt + longer, AGL)[0] <= reward
+    assert 0.0 <= ramp(calls, 80, 100) <= 1.0
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="tests must be one of"):
+        RewardConfig(tests="some")
+    with pytest.raises(ValueError, match="turn_penalty_from < max_turns"):
+        RewardConfig(turn_penalty=0.1, turn_penalty_from=100, max_turns=100)
+    with pytest.raises(ValueError, match="prompt_penalty_from < prompt_penalty_to"):
+        RewardConfig(prompt_penalty=0.1, prompt_penalty_from=64_000, prompt_penalty_to=50_000)
+
+
+class _Store:
+    def calls(self, rollout_id: str) -> list[SimpleNamespace]:
+        return [SimpleNamespace(prompt_tokens=n) for n in (10_000, 60_000, 30_000)]
+
+
+def _runner_reward(reward: RewardConfig | None, outcome: str, tests: dict[str, str], n_calls: int) -> float:
+    runner = RolloutRunner.__new__(RolloutRunner)
+    runner.opts = RolloutOptions(mode="train", reward=reward)
+    report = SimpleNamespace(rollout_id="r", n_calls=n_calls)
+    return runner._reward(TASK, GradeResult(outcome, "", tests), report, _Store())
+
+
+def test_the_rollout_runner_records_the_verdict_by_default_and_the_shaped_reward_when_asked() -> None:
+    assert _runner_reward(None, "unresolved", statuses(far="FAILED"), 95) == 0.0
+    assert _runner_reward(RewardConfig(), "resolved", statuses(), 95) == 1.0
+    # same-file scope rewards it; 95 calls cost 0.075, the longest prompt (60k) 0.1 * 10/14
+    expected = 1.0 - 0.075 - 0.1 * 10_000 / 14_000
+    assert _runner_reward(AGL, "unresolved", statuses(far="FAILED"), 95) == pytest.approx(expected)

@@ -1,0 +1,84 @@
+"""rl.checkpoint_every > 1: a resumable checkpoint (weights + trainer state) every N steps and at the end; a rerun
+drops the steps after the last checkpoint (the weights that sampled them are gone) and restarts from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from repro.jobs.miniature import stage_policy
+from repro.jobs.rl_loop import CHECKPOINT, POLICY_STEP, STEP_RECORD, TRAINER_STATE, RlLoop, RlPhaseConfig
+
+
+class StubTrainer:
+    def save_state(self, path: Path) -> Path:
+        Path(path).write_text("state")
+        return Path(path)
+
+
+def _finish_step(loop: RlLoop, policy: Path, step: int) -> None:
+    """What RlLoop.step leaves behind after an update: weights marked with the step, the record, the checkpoint."""
+    (policy / "model.safetensors").write_text(f"weights after step {step}")
+    (policy / POLICY_STEP).write_text(json.dumps({"step": step}))
+    step_dir = loop.run_dir / "rl" / f"step_{step:03d}"
+    step_dir.mkdir(parents=True, exist_ok=True)
+    (step_dir / STEP_RECORD).write_text(json.dumps({"step": step}))
+    loop._checkpoint(step)
+
+
+def _loop(run_dir: Path, policy: Path, every: int, steps: int = 6) -> RlLoop:
+    return RlLoop(run_dir, RlPhaseConfig(steps=steps, checkpoint_every=every), StubTrainer(), None, None, None, None,
+                  policy)
+
+
+def _warm(tmp_path: Path) -> Path:
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    (warm / "config.json").write_text("{}")
+    (warm / "model.safetensors").write_text("warm weights")
+    return warm
+
+
+def test_a_rerun_restarts_from_the_last_checkpoint_and_drops_later_steps(tmp_path: Path) -> None:
+    run_dir = tmp_path / "arm"
+    policy = stage_policy(_warm(tmp_path), run_dir)
+    loop = _loop(run_dir, policy, every=2)
+    for step in range(5):  # checkpoints after steps 1 and 3; step 4 finished but is not resumable
+        _finish_step(loop, policy, step)
+    checkpoint = run_dir / "rl" / CHECKPOINT
+    assert json.loads((checkpoint / POLICY_STEP).read_text())["step"] == 3
+    assert (checkpoint / TRAINER_STATE).exists() and not (run_dir / "rl" / TRAINER_STATE).exists()
+
+    restaged = stage_policy(tmp_path / "warm", run_dir)  # the rerun: the policy comes back from the checkpoint
+    assert (restaged / "model.safetensors").read_text() == "weights after step 3"
+    assert not (restaged / TRAINER_STATE).exists()
+    records = _loop(run_dir, restaged, every=2).completed_steps()
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert not (run_dir / "rl" / "step_004").exists()
+
+
+def test_without_a_checkpoint_a_rerun_starts_over(tmp_path: Path) -> None:
+    run_dir = tmp_path / "arm"
+    policy = stage_policy(_warm(tmp_path), run_dir)
+    loop = _loop(run_dir, policy, every=4)
+    _finish_step(loop, policy, 0)
+    restaged = stage_policy(tmp_path / "warm", run_dir)
+    assert (restaged / "model.safetensors").read_text() == "warm weights"
+    assert _loop(run_dir, restaged, every=4).completed_steps() == []
+    assert not (run_dir / "rl" / "step_000").exists()
+
+
+def test_the_last_step_is_always_a_checkpoint(tmp_path: Path) -> None:
+    run_dir = tmp_path / "arm"
+    policy = stage_policy(_warm(tmp_path), run_dir)
+    loop = _loop(run_dir, policy, every=4, steps=3)
+    for step in range(3):
+        _finish_step(loop, policy, step)
+    assert json.loads((run_dir / "rl" / CHECKPOINT / POLICY_STEP).read_text())["step"] == 2
+
+
+def test_checkpoint_every_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        RlPhaseConfig(checkpoint_every=0)
