@@ -26,6 +26,8 @@ from hydra.errors import HydraException, InstantiationException
 from hydra.utils import call, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from repro.files import atomic_write_text
+from repro.pricing import PricingConfig, price_metrics
 from repro.secrets import REDACTED, is_secret_key, without_secrets
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments"
@@ -184,7 +186,20 @@ def run_configured(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Path
         if isinstance(cause, USER_ERRORS):  # a bad input: its message names the fix, a traceback would bury it
             raise SystemExit(f"error: {cause}") from None
         raise
+    add_cost(run_dir, cfg.get("pricing"))
     return run_dir
+
+
+def add_cost(run_dir: Path, pricing: DictConfig | None) -> None:
+    """``metrics["cost"]`` from the run's compute and the configured prices (``repro.pricing``); nothing without
+    prices or metrics."""
+    path = run_dir / "metrics.json"
+    if pricing is None or not path.exists():
+        return
+    metrics = json.loads(path.read_text())
+    cost = price_metrics(metrics, PricingConfig(**OmegaConf.to_container(pricing, resolve=True)))
+    if cost is not None:
+        atomic_write_text(path, json.dumps({**metrics, "cost": cost}, indent=2, sort_keys=True))
 
 
 def record_config(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:

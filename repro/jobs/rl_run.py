@@ -95,7 +95,7 @@ def validator(parts: RunParts, spec: Any, ev: EvalConfig, tasks: list[Task]) -> 
 def rl_run_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name: str | None, train_tasks: Any,
                val_tasks: Any, tasks: Any, sandbox: Any, eval: EvalConfig, validation: ValidationConfig,
                rl: RlPhaseConfig, trainer: RlConfig, samples: SampleConfig, run_dir: Path,
-               harness_workers: int = 1, eval_before: bool = True) -> dict[str, Any]:
+               harness_workers: int = 1) -> dict[str, Any]:
     """Evaluate the base (``eval.checkpoint``, else the tiny model), RL with validation points, evaluate again."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
     run_dir, started, acct = Path(run_dir), time.time(), Accountant()
@@ -119,7 +119,7 @@ def rl_run_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name:
             base_sha, policy = weights_sha256(base_dir), stage_policy(base_dir, run_dir)
             with running_stack(policy, serving, proxy, run_dir) as stack:
                 parts = RunParts(run_dir, agent, box, stack, GradeCache())
-                before = _evaluate(parts, "eval_before", spec, eval, test_list, base_name, acct) if eval_before else []
+                before = _evaluate(parts, "eval_before", spec, eval, test_list, base_name, acct)
                 history = _rl(parts, rl, trainer, samples, policy, train_list, acct,
                               validator(parts, val_spec, val_ev, val_list) if validation.every_steps > 0 else None,
                               validation.every_steps)
@@ -130,9 +130,9 @@ def rl_run_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name:
         "kind": "before_after", "experiment": eval.experiment, "table": eval.experiment, "run_dir": str(run_dir),
         "fingerprint": spec.fingerprint(), "eval_temperature": eval.temperature, "task_distribution": test_name,
         "train_tasks": train_name,
-        "before": eval_metrics(before, spec, eval.experiment, base_name) if before else None,
+        "before": eval_metrics(before, spec, eval.experiment, base_name),
         "after": eval_metrics(after, spec, eval.experiment, f"rl-{run_dir.name}"),
-        "paired": paired_tests(before, after) if before else None,
+        "paired": paired_tests(before, after),
         "per_instance": {"before": per_instance(before), "after": per_instance(after)},
         "weights_sha256": {"before": base_sha, "after": weights_sha256(policy)},
         "warm_start": {"key": base_name, "cached": True, "weights_sha256": base_sha},
@@ -144,8 +144,7 @@ def rl_run_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name:
         "finished_at": time.time(), "wall_s": time.time() - started,
     }
     write_metrics(run_dir, metrics)
-    if before:
-        print(run_markdown([metrics]), flush=True)
+    print(run_markdown([metrics]), flush=True)
     return metrics
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 from repro.evaluation.metrics import bootstrap_interval
 from repro.evaluation.paired import paired_summary
+from repro.pricing import cost_cell
 
 PHASES = ("setup", "warm_start_demos", "warm_start_sft", "eval_before", "rl_rollouts", "rl_training", "eval_after")
 
@@ -146,6 +147,7 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
         "weights before -> after": _weights_cell(run),
         "wall h": f"{run.get('wall_s', 0) / 3600:.2f}", "hours per phase (wall)": _phase_hours(run),
         "CPU core-h": f"{total.get('cpu_core_h', 0):.2f}", "GPU h": f"{total.get('gpu_h_allocated', 0):.2f}",
+        **({"cost": cost_cell(run)} if run.get("cost") else {}),
         "warm start": _warm_cell(run), "fingerprint": run["fingerprint"][:8],
     }
 
@@ -201,6 +203,9 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         pooled = pooled_row(group)
         if pooled:
             rows.append(pooled)
+    if any("cost" in r for r in rows):  # priced runs (pricing.*): every row gets the column
+        for r in rows:
+            r.setdefault("cost", "-")
     return rows
 
 

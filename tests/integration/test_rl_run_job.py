@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from repro.cli import main
+from repro.report.before_after import run_markdown
 
 
 def test_rl_run_evaluates_trains_with_a_shaped_reward_and_validates(tmp_path: Path) -> None:
     main(["run", "experiment=rl_run", "rl.steps=2", "validation.every_steps=2", "rl.reward.prompt_penalty=0.5",
-          "rl.reward.prompt_penalty_from=50", "rl.reward.prompt_penalty_to=3000",
+          "rl.reward.prompt_penalty_from=50", "rl.reward.prompt_penalty_to=3000", "pricing.per_cpu_core_hour=0.05",
           f"run.output_root={tmp_path}"])
     (metrics_path,) = tmp_path.glob("rl_run/*/metrics.json")
     metrics = json.loads(metrics_path.read_text())
@@ -28,3 +31,6 @@ def test_rl_run_evaluates_trains_with_a_shaped_reward_and_validates(tmp_path: Pa
     assert point["step"] == 1 and point["n"] == 4 and 0.0 <= point["pass_at_1"] <= 1.0
     assert (metrics_path.parent / "validation" / "step_001").is_dir()
     assert "validation" in metrics["compute"]["phases"]
+    cpu_h = metrics["compute"]["total"]["cpu_core_h"]  # priced by the runner after the job (pricing.*)
+    assert metrics["cost"]["amount"] == pytest.approx(0.05 * cpu_h) and metrics["cost"]["currency"] == "USD"
+    assert "| cost" in run_markdown([metrics])
