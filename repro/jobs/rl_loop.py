@@ -202,6 +202,7 @@ class RlLoop:
             self.trainer.load_state(self.state_path)
             print(f"rl: resuming after step {len(history)}/{self.cfg.steps} (weights and optimizer state of a "
                   "previous run of this arm)", flush=True)
+        self.stack.set_policy_version(len(history))  # the served weights hold this many updates
         for step in range(len(history), self.cfg.steps):
             history.append(self.step(step, step_tasks(tasks, self.cfg, step), accountant))
             d = history[-1]["diagnostics"]
@@ -228,16 +229,19 @@ class RlLoop:
                 ids = [r.rollout_id for r in reports]
                 samples, n_calls = build_rows(store, ids, self.samples), store.count_calls(ids)
                 shaped = shaped_reward_mean(store, ids) if self.cfg.reward.shaped else None
+                versions = store.policy_versions(ids)
             finally:
                 store.close()
             update = self.trainer.update(samples.rows)
             self.trainer.save(self.policy_dir)
             (self.policy_dir / POLICY_STEP).write_text(json.dumps({"step": step}))
-            sync_s = self.stack.sync_weights(self.policy_dir)
+            sync_s = self.stack.sync_weights(self.policy_dir, version=step + 1)
         stats = group_stats(reports)
         if shaped is not None:  # the reward the trainer saw (the verdict's share stays as resolved_share)
             stats = {**stats, "resolved_share": stats["reward_mean"], "reward_mean": shaped}
         record = {"step": step, **stats, "samples": samples.stats(), "update": update,
+                  "policy_versions": {str(v): n for v, n in versions.items()},
+                  "stale_calls": sum(n for v, n in versions.items() if v is not None and v != step),
                   "rollout_s": rollout_s, "sync_s": sync_s, "grade_cache_hits": self.grade_cache.hits,
                   "calls": n_calls, "calls_histogram": calls_histogram([r.n_calls for r in reports])}
         record["diagnostics"] = step_diagnostics(record)

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import httpx
+
 from repro.net import free_port
 from repro.proxy import ProxyConfig
 from repro.proxy.server import start_proxy_process
@@ -82,14 +84,24 @@ class Stack:
     server_kind: str = "cpu"  # "cpu" (repro's server), "vllm" (started here), "endpoint" (someone else's)
     served_dir: Path | None = None  # vllm: the private copy it serves (the reload route may overwrite it)
 
-    def sync_weights(self, model_dir: Path) -> float:
-        """Load the checkpoint ``model_dir`` into the running server; returns the seconds it took."""
+    def sync_weights(self, model_dir: Path, version: int | None = None) -> float:
+        """Load the checkpoint ``model_dir`` into the running server; returns the seconds it took. ``version``
+        (the RL step whose update it holds) is then recorded with every call that starts (the proxy's
+        ``/policy_version``)."""
         if self.server_kind == "cpu":
-            return push_weights(self.server_url, model_dir)
-        if self.server_kind == "vllm":
-            return reload_weights(self.server_url, Path(model_dir), Path(self.served_dir or model_dir)).seconds
-        raise RuntimeError("serving=endpoint serves someone else's weights: it is for evaluation only; RL needs "
-                           "serving=cpu or serving=vllm, which load each update")
+            seconds = push_weights(self.server_url, model_dir)
+        elif self.server_kind == "vllm":
+            seconds = reload_weights(self.server_url, Path(model_dir), Path(self.served_dir or model_dir)).seconds
+        else:
+            raise RuntimeError("serving=endpoint serves someone else's weights: it is for evaluation only; RL needs "
+                               "serving=cpu or serving=vllm, which load each update")
+        if version is not None:
+            self.set_policy_version(version)
+        return seconds
+
+    def set_policy_version(self, version: int) -> None:
+        """Tell the proxy which weights the server holds now (recorded with each call from here on)."""
+        httpx.post(f"{self.proxy_url}/policy_version", json={"version": version}, timeout=30).raise_for_status()
 
 
 def model_vocab_size(model_dir: Path) -> int | None:

@@ -45,6 +45,7 @@ class ProxyApp:
         self.writer: GroupCommitWriter | None = None
         self.registry: RolloutRegistry | None = None
         self.forwarder: Forwarder | None = None
+        self.policy_version: int | None = None  # set by the trainer after each weight sync (POST /policy_version)
 
     async def startup(self) -> None:
         store_config = TraceStoreConfig(path=self.config.store_path, synchronous=self.config.synchronous)
@@ -110,6 +111,8 @@ class ProxyApp:
             return await self.forwarder.models(send)
         elif path == "/health" and method == "GET":
             return await self._health(send)
+        elif path == "/policy_version" and method == "POST":
+            return await self._set_policy_version(scope, receive, send)
         raise ProxyError(404, f"no route {method} {path}; model calls go to /rollouts/{{rollout_id}}/v1/...",
                          kind="not_found_error")
 
@@ -132,9 +135,18 @@ class ProxyApp:
             rollout_id=rollout_id, seq=seq, endpoint=endpoint, status="ok", request=storable_request(request),
             streamed=request.get("stream") is True, retry_count=int(retry) if retry and retry.isdigit() else None,
             client_headers=headers, sampling_overrides=overrides,
-            t_start=t_start, purpose=purpose,
+            t_start=t_start, purpose=purpose, policy_version=self.policy_version,
         )
         await self.forwarder.forward(call, request, receive, send)
+
+    async def _set_policy_version(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        """Calls that start from now on record ``version`` (the RL step whose weights the server now holds), so
+        that a rollout's staleness (trainer step minus the versions that sampled it) is measurable."""
+        version = parse_json_object(await self._body(scope, receive)).get("version")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise bad_request("'version' must be a non-negative integer")
+        self.policy_version = version
+        await send_json(send, 200, {"policy_version": version})
 
     async def _health(self, send: Send) -> None:
         if self.writer is not None and self.writer.healthy:

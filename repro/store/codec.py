@@ -48,7 +48,7 @@ def call_to_row(call: CallRecord, request: dict[str, Any] | None, prompt_blob: b
         call.completion_tokens, call.http_status, call.error, int(call.streamed), call.retry_count,
         _dumps(call.client_headers), _dumps(call.sampling_overrides), call.t_start, call.t_first_byte,
         call.t_end, None if call.extends_previous is None else int(call.extends_previous), prompt_prefix_len,
-        messages_prefix_len, call.purpose, prefix_seq,
+        messages_prefix_len, call.purpose, prefix_seq, call.policy_version,
     )
 
 
@@ -101,6 +101,7 @@ def row_to_call(row: sqlite3.Row, prompt_blob: bytes | None, request: dict[str, 
         sampling_overrides=_loads(row["sampling_overrides"]) or {}, t_start=row["t_start"],
         t_first_byte=row["t_first_byte"], t_end=row["t_end"],
         extends_previous=_bool_or_none(row["extends_previous"]), purpose=row["purpose"],
+        policy_version=row["policy_version"],
     )
 
 

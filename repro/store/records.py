@@ -109,3 +109,4 @@ class CallRecord:
     t_end: float | None = None
     extends_previous: bool | None = None  # prompt extends the previous call of the same purpose
     purpose: str = "policy"  # "policy" | "auxiliary" (e.g. a title request) | "summary" (a condenser's call)
+    policy_version: int | None = None  # the weights the server held when the call started (RL step; None: not set)

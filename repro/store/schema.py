@@ -12,7 +12,7 @@ Readers rebuild full prompts and requests in sequence order (``codec.rebuild``).
 between the agent's own calls); ``prefix_seq`` names it.
 """
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Rows are a few KB (request + token blobs): a rowid table on 16 KiB pages inserts them about twice as fast
 # as WITHOUT ROWID on 4 KiB pages (measured; see docs/architecture.md).
 PAGE_SIZE = 16384
@@ -68,6 +68,7 @@ CREATE TABLE IF NOT EXISTS calls (
     messages_prefix_len INTEGER NOT NULL DEFAULT 0,
     purpose            TEXT NOT NULL DEFAULT 'policy',
     prefix_seq         INTEGER,
+    policy_version     INTEGER,
     PRIMARY KEY (rollout_id, seq)
 );
 """
@@ -76,13 +77,14 @@ CALL_COLUMNS = (
     "rollout_id", "seq", "endpoint", "status", "request_json", "response_json", "prompt_ids",
     "completion_ids", "logprobs", "finish_reason", "prompt_tokens", "completion_tokens", "http_status",
     "error", "streamed", "retry_count", "client_headers", "sampling_overrides", "t_start", "t_first_byte",
-    "t_end", "extends_previous", "prompt_prefix_len", "messages_prefix_len", "purpose", "prefix_seq",
+    "t_end", "extends_previous", "prompt_prefix_len", "messages_prefix_len", "purpose", "prefix_seq", "policy_version",
 )
 
-# Columns added after version 4, with their DDL, for stores written by an older version.
+# Columns added after version 4, with their DDL, for stores written by an older version (policy_version: 6).
 ADDED_CALL_COLUMNS = {
     "purpose": "TEXT NOT NULL DEFAULT 'policy'",
     "prefix_seq": "INTEGER",
+    "policy_version": "INTEGER",
 }
 
 ROLLOUT_COLUMNS = (

@@ -152,6 +152,15 @@ class SqliteTraceStore:
         sql = f"SELECT count(*) FROM calls WHERE rollout_id IN ({marks})"
         return int(self.conn.execute(sql, ids).fetchone()[0])
 
+    def policy_versions(self, rollout_ids: Iterable[str]) -> dict[int | None, int]:
+        """Calls of ``rollout_ids`` by the policy version that served them (``None``: no version was set)."""
+        ids = list(rollout_ids)
+        if not ids:
+            return {}
+        marks = ", ".join("?" * len(ids))
+        sql = f"SELECT policy_version, count(*) FROM calls WHERE rollout_id IN ({marks}) GROUP BY policy_version"
+        return {row[0]: int(row[1]) for row in self.conn.execute(sql, ids)}
+
     # prefix drift ---------------------------------------------------------------------------------
     def drift_summary(self, rollout_id: str) -> drift.DriftSummary:
         """How often this rollout's prompts extended the previous call's prompt + completion."""

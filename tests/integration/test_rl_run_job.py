@@ -27,6 +27,8 @@ def test_rl_run_evaluates_trains_with_a_shaped_reward_and_validates(tmp_path: Pa
     assert [h["step"] for h in history] == [0, 1]
     assert all(h["reward_mean"] < 0 and h["resolved_share"] == 0 for h in history)  # the penalty, recorded
     assert all(h["update"]["rows"] > 0 for h in history)  # the calls became rows
+    # every call of step s was served by the weights after s updates (synchronous RL: nothing stale)
+    assert all(set(h["policy_versions"]) == {str(h["step"])} and h["stale_calls"] == 0 for h in history)
     (point,) = metrics["validation"]  # every 2 steps: after the second step only
     assert point["step"] == 1 and point["n"] == 4 and 0.0 <= point["pass_at_1"] <= 1.0
     assert (metrics_path.parent / "validation" / "step_001").is_dir()
