@@ -20,6 +20,18 @@ import orjson
 from repro.asgi import SSE_HEADERS, Receive, Send, read_body, send_bytes
 
 
+class FakeTrainingRow:
+    """A training row for trainer unit tests: loss on every token after the first ``prompt_len``, weight 1, no
+    recorded logprobs (0.0: the ratio check is off in those tests)."""
+
+    def __init__(self, ids: list[int], advantage: float, prompt_len: int = 2) -> None:
+        self.input_ids = ids
+        self.loss_mask = [0] * prompt_len + [1] * (len(ids) - prompt_len)
+        self.old_logprobs = [0.0] * len(ids)
+        self.weight = 1.0
+        self.advantage = advantage
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(part.get("text", "") for part in content if isinstance(part, dict))

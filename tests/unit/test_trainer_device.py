@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from repro.testing import FakeTrainingRow
 from repro.train.config import RlConfig, SftConfig
 from repro.train.device import DeviceSettings, non_default_device_settings, resolve_device
 from repro.train.policy_loss import clipped_policy_loss, token_logprobs_and_entropy
@@ -21,20 +22,11 @@ from repro.train.sft import sft_train
 CFG = {"learning_rate": 1e-3, "updates_per_batch": 2, "micro_batch_rows": 4, "on_policy_log_ratio_max": 0.0}
 
 
-class Row:
-    def __init__(self, ids: list[int], advantage: float) -> None:
-        self.input_ids = ids
-        self.loss_mask = [0, 0] + [1] * (len(ids) - 2)
-        self.old_logprobs = [0.0] * len(ids)
-        self.weight = 1.0
-        self.advantage = advantage
+def _rows() -> list[FakeTrainingRow]:
+    return [FakeTrainingRow([1 + i, 2, 3 + i, 4, 5 + i % 7, 6, 7 + i], 1.0 if i % 2 else -1.0) for i in range(6)]
 
 
-def _rows() -> list[Row]:
-    return [Row([1 + i, 2, 3 + i, 4, 5 + i % 7, 6, 7 + i], 1.0 if i % 2 else -1.0) for i in range(6)]
-
-
-def _reference_update(model_dir: Path, rows: list[Row], cfg: RlConfig) -> dict[str, torch.Tensor]:
+def _reference_update(model_dir: Path, rows: list[FakeTrainingRow], cfg: RlConfig) -> dict[str, torch.Tensor]:
     """The update written as a plain torch loop (no accelerate): what the defaults must reproduce exactly."""
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -127,7 +119,7 @@ def test_device_settings_at_their_defaults_stay_out_of_cache_keys() -> None:
 
 def test_sft_with_lora_saves_a_merged_servable_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("peft", reason="LoRA needs the lora extra (peft)")
-    rows = [Row([1 + i, 2, 3, 4, 5, 6], 0.0) for i in range(8)]
+    rows = [FakeTrainingRow([1 + i, 2, 3, 4, 5, 6], 0.0) for i in range(8)]
     cfg = SftConfig(epochs=2.0, batch_size=4, learning_rate=5e-2, warmup_steps=0, logging_steps=1, lora_rank=4)
     stats = sft_train(tiny_model_dir, rows, tmp_path / "sft", cfg)
     assert stats["steps"] == 4

@@ -8,21 +8,14 @@ from pathlib import Path
 import torch
 
 from repro.files import weights_sha256
+from repro.testing import FakeTrainingRow
 from repro.train.config import RlConfig
 from repro.train.rl import PolicyTrainer
 
 
-class Row:
-    def __init__(self, ids: list[int], advantage: float) -> None:
-        self.input_ids = ids
-        self.loss_mask = [0, 0] + [1] * (len(ids) - 2)
-        self.old_logprobs = [0.0] * len(ids)
-        self.weight = 1.0
-        self.advantage = advantage
-
-
-def _rows(offset: int) -> list[Row]:
-    return [Row([1 + (offset + i) % 50, 2, 3 + i, 4, 5 + offset % 7, 6], 1.0 if i % 2 else -1.0) for i in range(6)]
+def _rows(offset: int) -> list[FakeTrainingRow]:
+    return [FakeTrainingRow([1 + (offset + i) % 50, 2, 3 + i, 4, 5 + offset % 7, 6], 1.0 if i % 2 else -1.0)
+            for i in range(6)]
 
 
 def test_a_resumed_trainer_continues_bit_for_bit(tiny_model_dir: Path, tmp_path: Path) -> None:
