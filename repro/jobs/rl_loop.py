@@ -10,6 +10,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -30,6 +31,7 @@ from repro.train.task_filter import MIXED, outcome_class, outcomes_by_task
 TRAINER_STATE = "trainer_state.pt"
 STEP_RECORD = "step_record.json"
 POLICY_STEP = "rl_step.json"  # in the policy checkpoint: the RL step whose update its weights hold
+RL_MODES = ("sync", "one_step_off")
 CHECKPOINT = "checkpoint"  # rl/checkpoint/: weights + trainer state of the last resumable step (checkpoint_every > 1)
 
 
@@ -38,9 +40,11 @@ class RlPhaseConfig:
     """The RL schedule: steps x tasks per step x samples per task (one GRPO group per task). ``epochs`` > 0: as
     many steps as that many passes over the RL tasks take, capped at ``steps`` (``repro.jobs.rl_run``);
     ``checkpoint_every``: steps between resumable checkpoints (optimizer state; the weights are saved every step
-    for the server to load)."""
+    for the server to load); ``mode=one_step_off``: the next step's rollouts run during this step's update, so part
+    of their calls are served by weights one update old (each call records its policy version)."""
 
     steps: int = 12
+    mode: str = "sync"  # sync | one_step_off (next step's rollouts run during this step's update)
     epochs: float = 0.0
     checkpoint_every: int = 1
     tasks_per_step: int = 16
@@ -55,6 +59,8 @@ class RlPhaseConfig:
     extra_sampling: dict[str, Any] = field(default_factory=dict)  # e.g. chat_template_kwargs (thinking off)
 
     def __post_init__(self) -> None:
+        if self.mode not in RL_MODES:
+            raise ValueError(f"rl.mode must be one of {RL_MODES}, got {self.mode!r}")
         if self.checkpoint_every < 1:
             raise ValueError(f"rl.checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if isinstance(self.reward, dict):
@@ -136,6 +142,10 @@ class RlLoop:
         self.run_dir, self.cfg, self.trainer, self.samples = Path(run_dir), cfg, trainer, samples
         self.stack, self.agent, self.box, self.policy_dir = stack, agent, box, Path(policy_dir)
         self.validate, self.validate_every = validate, validate_every
+        if cfg.mode == "one_step_off" and trainer.cfg.on_policy_log_ratio_max > 0:
+            raise ValueError("rl.mode=one_step_off trains on calls sampled by weights one update old, so the first "
+                             "update is not on policy: set trainer.on_policy_log_ratio_max=0 (the importance ratio "
+                             "against the recorded logprobs still corrects for it)")
         self.grade_cache = GradeCache()
         self.store_path = self.run_dir / "traces.sqlite"
 
@@ -203,16 +213,39 @@ class RlLoop:
             print(f"rl: resuming after step {len(history)}/{self.cfg.steps} (weights and optimizer state of a "
                   "previous run of this arm)", flush=True)
         self.stack.set_policy_version(len(history))  # the served weights hold this many updates
+        ahead = ThreadPoolExecutor(1, thread_name_prefix="rl-rollouts") if self.cfg.mode == "one_step_off" else None
+        try:
+            self._steps(history, tasks, accountant, ahead)
+        finally:
+            if ahead is not None:
+                ahead.shutdown(wait=False, cancel_futures=True)
+        return history
+
+    def _steps(self, history: list[dict[str, Any]], tasks: list[Task], accountant: Any,
+               ahead: ThreadPoolExecutor | None) -> None:
+        """The remaining steps; with ``ahead`` (one_step_off) step s+1's rollouts run during step s's update."""
+        pending = None
         for step in range(len(history), self.cfg.steps):
-            history.append(self.step(step, step_tasks(tasks, self.cfg, step), accountant))
+            if ahead is None:
+                history.append(self.step(step, tasks, accountant))
+            else:  # this step's rollouts (started during the last update), then the next step's during this update
+                reports, rollout_s = (pending or ahead.submit(self.rollouts, step, tasks, accountant)).result()
+                pending = ahead.submit(self.rollouts, step + 1, tasks, accountant) if step + 1 < self.cfg.steps \
+                    else None
+                history.append(self.train(step, reports, rollout_s, accountant))
             d = history[-1]["diagnostics"]
             print(f"rl step {step + 1}/{self.cfg.steps}: reward {d['reward_mean']:.3f}, mixed groups "
                   f"{d['mixed_group_share']:.0%}, clipped {d['clip_fraction']:.1%}, entropy {d['entropy']:.3f}, "
                   f"{d['calls_per_rollout']:.2f} calls/rollout, first |log ratio| {d['log_ratio_first_max']:.1e}; "
                   f"{d['rollout_s']:.0f}s rollouts + {d['update_s']:.0f}s update", flush=True)
-        return history
 
     def step(self, step: int, tasks: list[Task], accountant: Any) -> dict[str, Any]:
+        """One synchronous step: its rollouts, then the update on them."""
+        return self.train(step, *self.rollouts(step, tasks, accountant), accountant)
+
+    def rollouts(self, step: int, tasks: list[Task], accountant: Any) -> tuple[list[Any], float]:
+        """The GRPO groups of ``step`` (its draw from ``tasks``) in the real harness; their reports and seconds."""
+        tasks = step_tasks(tasks, self.cfg, step)
         started = time.perf_counter()
         with accountant.phase("rl_rollouts"):
             opts = rollout_options(self.cfg, step, self.agent.identity())
@@ -222,7 +255,10 @@ class RlLoop:
                 reports = runner.run(f"rl step {step + 1}/{self.cfg.steps}")
             finally:
                 runner.close()
-        rollout_s = time.perf_counter() - started
+        return reports, time.perf_counter() - started
+
+    def train(self, step: int, reports: list[Any], rollout_s: float, accountant: Any) -> dict[str, Any]:
+        """The update on ``step``'s rollouts, the weights saved and synced, the step's record."""
         with accountant.phase("rl_training"):
             store = open_store(self.store_path)
             try:

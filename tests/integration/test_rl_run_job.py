@@ -36,3 +36,16 @@ def test_rl_run_evaluates_trains_with_a_shaped_reward_and_validates(tmp_path: Pa
     cpu_h = metrics["compute"]["total"]["cpu_core_h"]  # priced by the runner after the job (pricing.*)
     assert metrics["cost"]["amount"] == pytest.approx(0.05 * cpu_h) and metrics["cost"]["currency"] == "USD"
     assert "| cost" in run_markdown([metrics])
+
+
+def test_one_step_off_serves_the_next_steps_calls_partly_with_weights_one_update_old(tmp_path: Path) -> None:
+    main(["run", "experiment=rl_run", "rl.steps=3", "rl.mode=one_step_off", "trainer.on_policy_log_ratio_max=0",
+          "validation.every_steps=0", "tasks.n_tasks=2", f"run.output_root={tmp_path}"])
+    (metrics_path,) = tmp_path.glob("rl_run/*/metrics.json")
+    history = json.loads(metrics_path.read_text())["rl"]["history"]
+    assert [h["step"] for h in history] == [0, 1, 2]
+    assert set(history[0]["policy_versions"]) == {"0"} and history[0]["stale_calls"] == 0
+    for h in history[1:]:  # started during the previous update, finished after its sync (or before)
+        assert set(h["policy_versions"]) <= {str(h["step"] - 1), str(h["step"])}
+        assert h["stale_calls"] == h["policy_versions"].get(str(h["step"] - 1), 0)
+    assert sum(h["stale_calls"] for h in history[1:]) > 0  # the next step's first calls precede the update's end

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,6 +14,8 @@ from repro.jobs.rl_loop import CHECKPOINT, POLICY_STEP, STEP_RECORD, TRAINER_STA
 
 
 class StubTrainer:
+    cfg = SimpleNamespace(on_policy_log_ratio_max=0.0)
+
     def save_state(self, path: Path) -> Path:
         Path(path).write_text("state")
         return Path(path)
@@ -82,3 +85,13 @@ def test_the_last_step_is_always_a_checkpoint(tmp_path: Path) -> None:
 def test_checkpoint_every_must_be_positive() -> None:
     with pytest.raises(ValueError, match="checkpoint_every"):
         RlPhaseConfig(checkpoint_every=0)
+
+
+def test_one_step_off_needs_the_on_policy_check_off(tmp_path: Path) -> None:
+    class Trainer(StubTrainer):
+        cfg = SimpleNamespace(on_policy_log_ratio_max=1e-3)
+
+    with pytest.raises(ValueError, match="on_policy_log_ratio_max=0"):
+        RlLoop(tmp_path, RlPhaseConfig(mode="one_step_off"), Trainer(), None, None, None, None, tmp_path)
+    with pytest.raises(ValueError, match=r"rl\.mode must be one of"):
+        RlPhaseConfig(mode="async")
