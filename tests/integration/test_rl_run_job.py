@@ -1,8 +1,9 @@
-"""The full-scale job (experiment=rl_run; agl_swebench_qwen35_9b is the same job at scale) at toy size on CPU: the
-real harness through the proxy and the CPU server, frozen evaluation before and after, RL steps with a validation
-point every 2 steps, the shaped reward (a prompt-length penalty: recorded in the store and in each step's mean), and
-the run's metrics. (The random tiny model's rollouts of one task are alike, so its groups carry no advantage; the
-miniature's tests are the ones that show updates.)"""
+"""The full-scale job (experiment=rl_run; agl_swebench_qwen35_9b is the same job at scale) at toy size on CPU, in one
+run: the real harness through the proxy and the CPU server, frozen evaluation before and after, 3 RL steps in
+one-step-off mode (the next step's rollouts run during this step's update), a validation point every 2 steps, a
+shaped reward (a prompt-length penalty, recorded in the store and in each step's mean), the policy version of
+every call, and the cost the runner adds from the configured prices. (The random tiny model's rollouts of one task
+are alike, so its groups carry no advantage; the miniature's tests are the ones that show updates.)"""
 
 from __future__ import annotations
 
@@ -15,20 +16,27 @@ from repro.cli import main
 from repro.report.before_after import run_markdown
 
 
-def test_rl_run_evaluates_trains_with_a_shaped_reward_and_validates(tmp_path: Path) -> None:
-    main(["run", "experiment=rl_run", "rl.steps=2", "validation.every_steps=2", "rl.reward.prompt_penalty=0.5",
-          "rl.reward.prompt_penalty_from=50", "rl.reward.prompt_penalty_to=3000", "pricing.per_cpu_core_hour=0.05",
-          f"run.output_root={tmp_path}"])
+def test_rl_run_evaluates_trains_off_by_one_with_a_shaped_reward_and_validates(tmp_path: Path) -> None:
+    main(["run", "experiment=rl_run", "rl.steps=3", "rl.mode=one_step_off", "trainer.on_policy_log_ratio_max=0",
+          "validation.every_steps=2", "rl.reward.prompt_penalty=0.5", "rl.reward.prompt_penalty_from=50",
+          "rl.reward.prompt_penalty_to=3000", "pricing.per_cpu_core_hour=0.05", f"run.output_root={tmp_path}"])
     (metrics_path,) = tmp_path.glob("rl_run/*/metrics.json")
     metrics = json.loads(metrics_path.read_text())
     assert metrics["kind"] == "before_after" and metrics["before"]["n_samples"] == metrics["after"]["n_samples"] == 4
     assert metrics["before"]["fingerprint"] == metrics["after"]["fingerprint"]  # one frozen spec
     history = metrics["rl"]["history"]
-    assert [h["step"] for h in history] == [0, 1]
+    assert [h["step"] for h in history] == [0, 1, 2]
     assert all(h["reward_mean"] < 0 and h["resolved_share"] == 0 for h in history)  # the penalty, recorded
     assert all(h["update"]["rows"] > 0 for h in history)  # the calls became rows
-    # every call of step s was served by the weights after s updates (synchronous RL: nothing stale)
-    assert all(set(h["policy_versions"]) == {str(h["step"])} and h["stale_calls"] == 0 for h in history)
+
+    # policy versions: step 0 by the base weights; later steps started during the previous update, so their calls
+    # are served by the weights of step - 1 (stale) until the sync, then by those of step
+    assert set(history[0]["policy_versions"]) == {"0"} and history[0]["stale_calls"] == 0
+    for h in history[1:]:
+        assert set(h["policy_versions"]) <= {str(h["step"] - 1), str(h["step"])}
+        assert h["stale_calls"] == h["policy_versions"].get(str(h["step"] - 1), 0)
+    assert sum(h["stale_calls"] for h in history[1:]) > 0  # the next step's first calls precede the update's end
+
     (point,) = metrics["validation"]  # every 2 steps: after the second step only
     assert point["step"] == 1 and point["n"] == 4 and 0.0 <= point["pass_at_1"] <= 1.0
     assert (metrics_path.parent / "validation" / "step_001").is_dir()
@@ -36,16 +44,3 @@ def test_rl_run_evaluates_trains_with_a_shaped_reward_and_validates(tmp_path: Pa
     cpu_h = metrics["compute"]["total"]["cpu_core_h"]  # priced by the runner after the job (pricing.*)
     assert metrics["cost"]["amount"] == pytest.approx(0.05 * cpu_h) and metrics["cost"]["currency"] == "USD"
     assert "| cost" in run_markdown([metrics])
-
-
-def test_one_step_off_serves_the_next_steps_calls_partly_with_weights_one_update_old(tmp_path: Path) -> None:
-    main(["run", "experiment=rl_run", "rl.steps=3", "rl.mode=one_step_off", "trainer.on_policy_log_ratio_max=0",
-          "validation.every_steps=0", "tasks.n_tasks=2", f"run.output_root={tmp_path}"])
-    (metrics_path,) = tmp_path.glob("rl_run/*/metrics.json")
-    history = json.loads(metrics_path.read_text())["rl"]["history"]
-    assert [h["step"] for h in history] == [0, 1, 2]
-    assert set(history[0]["policy_versions"]) == {"0"} and history[0]["stale_calls"] == 0
-    for h in history[1:]:  # started during the previous update, finished after its sync (or before)
-        assert set(h["policy_versions"]) <= {str(h["step"] - 1), str(h["step"])}
-        assert h["stale_calls"] == h["policy_versions"].get(str(h["step"] - 1), 0)
-    assert sum(h["stale_calls"] for h in history[1:]) > 0  # the next step's first calls precede the update's end
