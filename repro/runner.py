@@ -164,6 +164,11 @@ def record_failure(run_dir: Path, overrides: list[str], exc: BaseException | Non
 def check_job_config(cfg: DictConfig) -> None:
     """Build every config object of the job (cheap dataclasses) before anything runs: a key that the target does
     not take, or a value of the wrong type, is one ``error:`` line naming the group instead of a traceback."""
+    fanout = cfg.get("fanout")
+    if fanout is not None and fanout.get("kind", "local") != "local" and "fanout" not in cfg.job:
+        raise SystemExit(f"error: experiment {cfg.run.name} runs its samples in this process only; fanout="
+                         f"{fanout.kind} works with the experiments whose job takes it (eval_bundled, harness_sweep, "
+                         "swebench_verified, rl_run, agl_swebench_qwen35_9b)")
     for key, node in cfg.job.items():
         if isinstance(node, DictConfig) and "_target_" in node:
             try:

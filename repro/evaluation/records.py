@@ -84,6 +84,7 @@ class InstanceReport:
     finished_at: float = 0.0
     trajectory_path: str | None = None
     grade_log_tail: str = ""
+    host: str = ""  # the sandbox host that ran it (fanout=ray: hostname:pid of its actor; empty: this process)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

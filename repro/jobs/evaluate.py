@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness_adapters.registry import get_harness
 from repro.evaluation import (
     Cost,
     EvalSpec,
@@ -27,6 +26,7 @@ from repro.evaluation import (
     write_metrics,
     write_preds,
 )
+from repro.fanout import FanoutConfig, harness_for
 from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
 from repro.jobs.stack import CpuServingConfig, EndpointServingConfig, Stack, running_stack
 from repro.proxy import ProxyConfig
@@ -138,12 +138,12 @@ def run_frozen_eval(phase_dir: Path, store_path: Path, spec: EvalSpec, ev: EvalC
 
 def evaluate_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: Any,
                  tasks: TaskDistributionConfig | TaskFileConfig, sandbox: LocalSandboxConfig, eval: EvalConfig,
-                 harness_name: str | None, run_dir: Path) -> dict[str, Any]:
+                 harness_name: str | None, run_dir: Path, fanout: FanoutConfig | None = None) -> dict[str, Any]:
     """Evaluate the model under a frozen spec in the real harness; writes the run records and prints the table."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # swebench's import turns on INFO logging globally
     run_dir, started, cpu0 = Path(run_dir), time.time(), _cpu_seconds()
     name, task_list = load_task_set(tasks)
-    with get_harness(harness_name, harness, workers=1) as agent:
+    with harness_for(harness_name, harness, sandbox, fanout) as agent:
         spec = build_spec(agent.identity(), name, task_list, agent.cfg, sandbox,
                           eval, getattr(tasks, "seed", None), serving.served_model_name)
         model_dir, model_name = (Path(), serving.served_model_name) if isinstance(serving, EndpointServingConfig) \

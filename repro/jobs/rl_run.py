@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness_adapters.registry import get_harness
 from repro.accounting import Accountant
 from repro.evaluation import eval_metrics, write_metrics
+from repro.fanout import FanoutConfig, harness_for
 from repro.files import weights_sha256
 from repro.jobs.evaluate import EvalConfig, build_spec, eval_model, load_task_set, refuse_if_all_infra, run_frozen_eval
 from repro.jobs.mini_repro import paired_tests, per_instance
@@ -95,7 +95,7 @@ def validator(parts: RunParts, spec: Any, ev: EvalConfig, tasks: list[Task]) -> 
 def rl_run_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name: str | None, train_tasks: Any,
                val_tasks: Any, tasks: Any, sandbox: Any, eval: EvalConfig, validation: ValidationConfig,
                rl: RlPhaseConfig, trainer: RlConfig, samples: SampleConfig, run_dir: Path,
-               harness_workers: int = 1) -> dict[str, Any]:
+               harness_workers: int = 1, fanout: FanoutConfig | None = None) -> dict[str, Any]:
     """Evaluate the base (``eval.checkpoint``, else the tiny model), RL with validation points, evaluate again."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
     run_dir, started, acct = Path(run_dir), time.time(), Accountant()
@@ -109,7 +109,7 @@ def rl_run_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name:
           f"{rl.steps} RL steps of {rl.tasks_per_step} x {rl.samples_per_task}", flush=True)
     box = make_sandbox(sandbox)
     try:
-        with get_harness(harness_name, harness, workers=harness_workers) as agent:
+        with harness_for(harness_name, harness, sandbox, fanout, harness_workers) as agent:
             base_dir, base_name = eval_model(model, eval, train_list)
             spec = build_spec(agent.identity(), test_name, test_list, agent.cfg, sandbox, eval,
                               getattr(tasks, "seed", None), serving.served_model_name)

@@ -27,6 +27,7 @@ from repro.evaluation import (
     usage_from_store,
     write_report,
 )
+from repro.fanout import SampleJob, SampleOutcome
 from repro.jobs.stack import Stack
 from repro.protocols import GradeResult, HarnessResult, HarnessRollout
 from repro.report.progress import progress
@@ -169,6 +170,8 @@ class RolloutRunner:
 
     def _run_batch(self, batch: list[tuple[str, int]]) -> list[InstanceReport]:
         started = time.time()
+        if hasattr(self.harness, "run_samples"):  # fanout=ray: whole samples run on the sandbox hosts
+            return self._run_remote(batch, started)
         prepared, failed = [], []
         for instance_id, sample in batch:
             rollout_id = self._register(instance_id, sample)
@@ -188,6 +191,25 @@ class RolloutRunner:
         reports = list(self.pool.map(lambda job: self._finish(*job, started), jobs))
         reports += [self._infra_failure(*f, started) for f in failed]
         return reports
+
+    def _run_remote(self, batch: list[tuple[str, int]], started: float) -> list[InstanceReport]:
+        """Register here, run workspace -> harness -> grade on the hosts, record here (store, reports, rewards)."""
+        jobs = []
+        for instance_id, sample in batch:
+            rollout_id = self._register(instance_id, sample)
+            jobs.append(SampleJob(self.tasks[instance_id], sample, rollout_id,
+                                  self.harness.base_url(self.stack.proxy_url, rollout_id), self.stack.served_model_name,
+                                  self.run_dir / "harness" / rollout_id, self._timeout_s(), self.opts.grade))
+        outcomes = self.harness.run_samples(jobs, self.opts.concurrency)
+
+        def record(item: tuple[SampleJob, SampleOutcome]) -> InstanceReport:
+            job, outcome = item
+            if outcome.result.rollout_id != job.rollout_id:  # the hosts' answers must come back in job order
+                raise RuntimeError(f"fan-out returned rollout {outcome.result.rollout_id} for {job.rollout_id}")
+            return self._record(job.task, job.sample, job.rollout_id, outcome.result, outcome.grade, outcome.patch,
+                                started, host=outcome.host)
+
+        return list(self.pool.map(record, zip(jobs, outcomes, strict=True)))
 
     def _timeout_s(self) -> float:
         limit = self.opts.time_limit_s
@@ -230,10 +252,11 @@ class RolloutRunner:
         return self._record(task, sample, rollout_id, result, GradeResult("error", reason), "", started)
 
     def _record(self, task: Task, sample: int, rollout_id: str, result: HarnessResult, grade: GradeResult,
-                patch: str, started: float) -> InstanceReport:
+                patch: str, started: float, host: str = "") -> InstanceReport:
         store = self._thread_store()
         report = InstanceReport.build(task, sample, rollout_id, result, grade, patch,
                                       usage_from_store(store, rollout_id), started)
+        report.host = host
         infra = report.infra_failure
         reward = None if infra or not self.opts.grade else self._reward(task, grade, report, store)
         store.finish_rollout(rollout_id, "failed" if infra else "finished", reward=reward,
