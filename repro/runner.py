@@ -164,6 +164,10 @@ def record_failure(run_dir: Path, overrides: list[str], exc: BaseException | Non
 def check_job_config(cfg: DictConfig) -> None:
     """Build every config object of the job (cheap dataclasses) before anything runs: a key that the target does
     not take, or a value of the wrong type, is one ``error:`` line naming the group instead of a traceback."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise SystemExit(f"error: experiment {cfg.run.name} needs {', '.join(f'{k}=...' for k in missing)} (the "
+                         "values marked ??? in its config file say what each one is)")
     fanout = cfg.get("fanout")
     if fanout is not None and fanout.get("kind", "local") != "local" and "fanout" not in cfg.job:
         raise SystemExit(f"error: experiment {cfg.run.name} runs its samples in this process only; fanout="

@@ -95,8 +95,13 @@ def validator(parts: RunParts, spec: Any, ev: EvalConfig, tasks: list[Task]) -> 
 def rl_run_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name: str | None, train_tasks: Any,
                val_tasks: Any, tasks: Any, sandbox: Any, eval: EvalConfig, validation: ValidationConfig,
                rl: RlPhaseConfig, trainer: RlConfig, samples: SampleConfig, run_dir: Path,
-               harness_workers: int = 1, fanout: FanoutConfig | None = None) -> dict[str, Any]:
-    """Evaluate the base (``eval.checkpoint``, else the tiny model), RL with validation points, evaluate again."""
+               harness_workers: int = 1, fanout: FanoutConfig | None = None,
+               require_checkpoint: bool = False) -> dict[str, Any]:
+    """Evaluate the base (``eval.checkpoint``, else the tiny model), RL with validation points, evaluate again.
+    ``require_checkpoint``: refuse to fall back to the tiny model (the full-scale recipe)."""
+    if require_checkpoint and not eval.checkpoint:
+        raise SystemExit(f"error: experiment {eval.experiment} trains a released model: pass eval.checkpoint=DIR "
+                         "(a transformers checkpoint directory, e.g. Qwen3.5-9B downloaded beforehand)")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     run_dir, started, acct = Path(run_dir), time.time(), Accountant()
     with acct.phase("setup"):

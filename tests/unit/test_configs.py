@@ -6,7 +6,7 @@ import re
 
 import pytest
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from repro.runner import compose_config, experiment_names
 
@@ -18,6 +18,9 @@ def test_there_are_experiments() -> None:
 @pytest.mark.parametrize("name", experiment_names())
 def test_experiment_composes_and_instantiates(name: str) -> None:
     cfg = compose_config([f"experiment={name}"])
+    required = sorted(OmegaConf.missing_keys(cfg))  # values the user must give (a checkpoint, a data file)
+    if required:
+        cfg = compose_config([f"experiment={name}", *(f"{key}=/given/{key}" for key in required)])
     assert cfg.run.name == name
     job = cfg.job
     assert job._target_.startswith("repro.")
@@ -90,9 +93,12 @@ def _readme_run_commands() -> list[str]:
 @pytest.mark.parametrize("command", _readme_run_commands())
 def test_every_readme_run_command_composes_and_instantiates(command: str) -> None:
     """A command the README documents must at least compose and build its job's configs (a sweep: its first cell)."""
-    overrides = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o else o
-                 for o in command.replace("<time>", "20261201-000000").split()[2:] if o != "-m"]
+    words = command.replace("<time>", "20261201-000000").split()[2:]
+    words = [w for i, w in enumerate(words) if w not in ("-m", "--cfg") and (i == 0 or words[i - 1] != "--cfg")]
+    overrides = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o else o for o in words]
     cfg = compose_config(overrides)
+    if "--cfg" in command:  # prints the composed config (values the user must still give stay ???)
+        return
     for key, node in cfg.job.items():
         if isinstance(node, DictConfig) and "_target_" in node:
             assert instantiate(node, _convert_="all") is not None, key
@@ -139,3 +145,15 @@ def test_a_run_stopped_by_a_signal_says_so(tmp_path) -> None:
 
     record_failure(tmp_path, ["seed=2"], SystemExit(143), job=2)
     assert json.loads((tmp_path / "error.json").read_text())["error"] == "stopped by SIGTERM (exit 143)"
+
+
+def test_a_missing_mandatory_value_is_one_line_naming_it(tmp_path) -> None:
+    from repro.cli import main
+
+    with pytest.raises(SystemExit, match=r"needs train_tasks\.source=\.\.\., val_tasks\.source=\.\.\."):
+        main(["run", "experiment=agl_swebench_qwen35_9b", f"run.output_root={tmp_path}"])
+    assert not any(tmp_path.iterdir())  # refused before a run directory was made
+    with pytest.raises(SystemExit, match=r"pass eval\.checkpoint=DIR"):
+        main(["run", "experiment=agl_swebench_qwen35_9b", "train_tasks.source=t.jsonl", "val_tasks.source=v.jsonl",
+              f"run.output_root={tmp_path}"])
+    assert not any(tmp_path.glob("agl_swebench_qwen35_9b/*"))  # nothing but the record was written: removed
