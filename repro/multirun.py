@@ -27,10 +27,19 @@ def sweep_job(cfg: DictConfig) -> str:
     overrides = list(hydra_cfg.overrides.task)
     try:
         return str(run_configured(cfg, run_dir, overrides))
-    except (Exception, SystemExit) as exc:  # recorded, then the next job runs
+    except (Exception, SystemExit) as exc:  # recorded, then the next job runs (unless the user stopped the sweep)
         message = record_failure(run_dir, overrides, exc, job=hydra_cfg.job.num)
+        if stopped_by_signal(exc):
+            print(f"sweep stopped at job #{hydra_cfg.job.num}: {message}", file=sys.stderr, flush=True)
+            raise
         print(f"sweep job #{hydra_cfg.job.num} failed: {message}", file=sys.stderr, flush=True)
         return f"failed: {message}"
+
+
+def stopped_by_signal(exc: BaseException) -> bool:
+    """True for the exit of the SIGTERM / SIGINT handlers (code 128 + signal): the user stops the whole sweep,
+    not one job of it."""
+    return isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128
 
 
 def multirun(overrides: list[str]) -> None:
