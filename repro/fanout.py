@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,17 +88,28 @@ def _prepare(box: Any, job: SampleJob) -> tuple[Any, HarnessRollout] | SampleOut
     return workspace, rollout
 
 
-def _finish(box: Any, job: SampleJob, workspace: Any, result: HarnessResult) -> SampleOutcome:
+def finish_sample(workspace: Any, result: HarnessResult,
+                  grade: Callable[[str], GradeResult]) -> tuple[GradeResult, str]:
+    """(verdict, patch) of a finished rollout: its patch read (from its container when it ran in one), graded by
+    ``grade``, the workspace removed. A patch that cannot be read is an ``error`` verdict."""
     if hasattr(workspace, "adopt"):  # a container the harness ran: its patch came back with the result
         workspace.adopt(result)
     try:
         patch = workspace.diff()
     except OSError as exc:
         workspace.cleanup()
-        return SampleOutcome(result, GradeResult("error", str(exc)), "", host_name())
-    grade = box.grade(job.task, workspace) if job.grade else GradeResult("unresolved", "not graded (demonstration)")
+        return GradeResult("error", str(exc)), ""
+    verdict = grade(patch)
     workspace.cleanup()
-    return SampleOutcome(result, grade, patch, host_name())
+    return verdict, patch
+
+
+def _finish(box: Any, job: SampleJob, workspace: Any, result: HarnessResult) -> SampleOutcome:
+    def grade(_: str) -> GradeResult:
+        return box.grade(job.task, workspace) if job.grade else GradeResult("unresolved", "not graded (demonstration)")
+
+    verdict, patch = finish_sample(workspace, result, grade)
+    return SampleOutcome(result, verdict, patch, host_name())
 
 
 def execute_samples(harness: Any, box: Any, jobs: list[SampleJob], concurrency: int,

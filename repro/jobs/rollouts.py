@@ -27,7 +27,7 @@ from repro.evaluation import (
     usage_from_store,
     write_report,
 )
-from repro.fanout import SampleJob, SampleOutcome
+from repro.fanout import SampleJob, SampleOutcome, finish_sample
 from repro.jobs.stack import Stack
 from repro.protocols import GradeResult, HarnessResult, HarnessRollout
 from repro.report.progress import progress
@@ -228,15 +228,7 @@ class RolloutRunner:
 
     def _finish(self, task: Task, sample: int, workspace: Any, rollout: HarnessRollout, result: HarnessResult,
                 started: float) -> InstanceReport:
-        if hasattr(workspace, "adopt"):  # a container the harness ran: its patch came back with the result
-            workspace.adopt(result)
-        try:
-            patch = workspace.diff()
-        except OSError as exc:
-            workspace.cleanup()
-            return self._record(task, sample, rollout.rollout_id, result, GradeResult("error", str(exc)), "", started)
-        grade = self._grade(task, workspace, patch)
-        workspace.cleanup()
+        grade, patch = finish_sample(workspace, result, lambda p: self._grade(task, workspace, p))
         return self._record(task, sample, rollout.rollout_id, result, grade, patch, started)
 
     def _reward(self, task: Task, grade: GradeResult, report: InstanceReport, store: Any) -> float:
