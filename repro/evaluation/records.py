@@ -42,11 +42,13 @@ class Usage:
     n_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    longest_prompt: int = 0  # prompt tokens of the rollout's longest call (RL's prompt-length penalty)
 
 
 def usage_from_store(store: SqliteTraceStore, rollout_id: str) -> Usage:
     calls = store.calls(rollout_id)
-    return Usage(len(calls), sum(c.prompt_tokens or 0 for c in calls), sum(c.completion_tokens or 0 for c in calls))
+    prompts = [c.prompt_tokens or 0 for c in calls]
+    return Usage(len(calls), sum(prompts), sum(c.completion_tokens or 0 for c in calls), max(prompts, default=0))
 
 
 def patch_stats(patch: str) -> tuple[int, int, int]:
@@ -72,6 +74,7 @@ class InstanceReport:
     n_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    longest_prompt: int = 0  # prompt tokens of the rollout's longest call (RL's prompt-length penalty)
     tests: dict[str, str] = field(default_factory=dict)
     fail_to_pass: list[str] = field(default_factory=list)
     pass_to_pass: list[str] = field(default_factory=list)

@@ -21,6 +21,7 @@ import httpx
 
 from repro.evaluation import (
     InstanceReport,
+    Usage,
     next_rollout_id,
     pending_samples,
     update_preds,
@@ -231,13 +232,12 @@ class RolloutRunner:
         grade, patch = finish_sample(workspace, result, lambda p: self._grade(task, workspace, p))
         return self._record(task, sample, rollout.rollout_id, result, grade, patch, started)
 
-    def _reward(self, task: Task, grade: GradeResult, report: InstanceReport, store: Any) -> float:
+    def _reward(self, task: Task, grade: GradeResult, usage: Usage) -> float:
         """The verdict as 1.0 / 0.0, or the shaped reward of ``opts.reward`` (``repro.train.reward``)."""
         cfg = self.opts.reward
         if cfg is None or not cfg.shaped:
             return float(grade.outcome == "resolved")
-        longest = max((c.prompt_tokens or 0 for c in store.calls(report.rollout_id)), default=0)
-        return shaped_reward(task, grade.outcome, grade.tests, report.n_calls, longest, cfg)[0]
+        return shaped_reward(task, grade.outcome, grade.tests, usage.n_calls, usage.longest_prompt, cfg)[0]
 
     def _infra_failure(self, task: Task, sample: int, rollout_id: str, reason: str, started: float) -> InstanceReport:
         result = HarnessResult(rollout_id, "crashed", reason=f"workspace could not be made: {reason}")
@@ -246,11 +246,11 @@ class RolloutRunner:
     def _record(self, task: Task, sample: int, rollout_id: str, result: HarnessResult, grade: GradeResult,
                 patch: str, started: float, host: str = "") -> InstanceReport:
         store = self._thread_store()
-        report = InstanceReport.build(task, sample, rollout_id, result, grade, patch,
-                                      usage_from_store(store, rollout_id), started)
+        usage = usage_from_store(store, rollout_id)
+        report = InstanceReport.build(task, sample, rollout_id, result, grade, patch, usage, started)
         report.host = host
         infra = report.infra_failure
-        reward = None if infra or not self.opts.grade else self._reward(task, grade, report, store)
+        reward = None if infra or not self.opts.grade else self._reward(task, grade, usage)
         store.finish_rollout(rollout_id, "failed" if infra else "finished", reward=reward,
                              failure_reason=(grade.reason or result.reason) if infra else None)
         write_report(self.run_dir, report, patch)

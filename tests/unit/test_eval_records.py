@@ -105,7 +105,7 @@ def test_usage_is_read_from_the_trace_store(tmp_path: Path) -> None:
         writer.write_sync(CallRecord("r1", seq, "chat", "ok", request={"messages": []}, prompt_tokens=10 + seq,
                                      completion_tokens=5))
     writer.close()
-    assert usage_from_store(store, "r1") == Usage(2, 21, 10)
+    assert usage_from_store(store, "r1") == Usage(2, 21, 10, longest_prompt=11)
 
 
 def test_reruns_get_a_fresh_rollout_id(tmp_path: Path) -> None:

@@ -3,12 +3,11 @@ FAIL_TO_PASS and the PASS_TO_PASS tests of the same files; the turn and prompt-l
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from repro.evaluation import Usage
 from repro.jobs.rollouts import RolloutOptions, RolloutRunner
 from repro.protocols import GradeResult
 from repro.tasks.schema import Task
@@ -63,16 +62,11 @@ def test_bad_settings_are_refused() -> None:
         RewardConfig(prompt_penalty=0.1, prompt_penalty_from=64_000, prompt_penalty_to=50_000)
 
 
-class _Store:
-    def calls(self, rollout_id: str) -> list[SimpleNamespace]:
-        return [SimpleNamespace(prompt_tokens=n) for n in (10_000, 60_000, 30_000)]
-
-
 def _runner_reward(reward: RewardConfig | None, outcome: str, tests: dict[str, str], n_calls: int) -> float:
     runner = RolloutRunner.__new__(RolloutRunner)
     runner.opts = RolloutOptions(mode="train", reward=reward)
-    report = SimpleNamespace(rollout_id="r", n_calls=n_calls)
-    return runner._reward(TASK, GradeResult(outcome, "", tests), report, _Store())
+    usage = Usage(n_calls=n_calls, prompt_tokens=100_000, completion_tokens=0, longest_prompt=60_000)
+    return runner._reward(TASK, GradeResult(outcome, "", tests), usage)
 
 
 def test_the_rollout_runner_records_the_verdict_by_default_and_the_shaped_reward_when_asked() -> None:
@@ -81,3 +75,4 @@ def test_the_rollout_runner_records_the_verdict_by_default_and_the_shaped_reward
     # same-file scope rewards it; 95 calls cost 0.075, the longest prompt (60k) 0.1 * 10/14
     expected = 1.0 - 0.075 - 0.1 * 10_000 / 14_000
     assert _runner_reward(AGL, "unresolved", statuses(far="FAILED"), 95) == pytest.approx(expected)
+
