@@ -438,29 +438,22 @@ def advantages(rewards: list[float | None]) -> list[float]:
     return [v - mean for v in values]
 
 
-@dataclass
-class TrainRow:
-    """A recorded call in the shape the trainer reads (``repro.train.rl.TrainingRow``): aligned token lists."""
+def training_rows(rows: list[Any], advs: list[float], max_len: int) -> list[Any]:
+    """Recorded calls as the trainer's rows (``repro.samples.Row``): prompt + completion (the completion's head and
+    the prompt's tail within ``max_len``), loss on the completion, the server's logprobs as the sampling logprobs;
+    rows lacking a logprob for a token are left out."""
+    from repro.samples import Row
 
-    input_ids: list[int]
-    loss_mask: list[int]
-    old_logprobs: list[float]
-    weight: float
-    advantage: float
-
-
-def training_rows(rows: list[Any], advs: list[float], max_len: int) -> list[TrainRow]:
-    """Prompt + completion per row (the completion's head and the prompt's tail within ``max_len``), loss on the
-    completion, the server's logprobs as the sampling logprobs; rows lacking a logprob for a token are left out."""
     out = []
-    for row, adv in zip(rows, advs, strict=True):
+    for index, (row, adv) in enumerate(zip(rows, advs, strict=True)):
         completion = row.completion_ids[: max_len - 1]
         prompt = row.prompt_ids[-(max_len - len(completion)) :]
         logprobs = row.logprobs[: len(completion)]
         if len(logprobs) < len(completion):
             continue
-        out.append(TrainRow(prompt + completion, [0] * len(prompt) + [1] * len(completion),
-                            [0.0] * len(prompt) + list(logprobs), 1.0, adv))
+        out.append(Row(row.rollout_id, "", row.rollout_id, index, [row.seq], prompt + completion,
+                       [0] * len(prompt) + [1] * len(completion), [0.0] * len(prompt) + list(logprobs), 1.0, adv,
+                       row.reward))
     return out
 
 
