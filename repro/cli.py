@@ -49,12 +49,15 @@ def _proxy(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="repro", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    from repro.configs import run_help
+
     run = sub.add_parser("run", help="run an experiment (Hydra overrides, e.g. experiment=bench_proxy); "
-                                     "-m/--multirun sweeps comma-separated values (experiment=harness_sweep)")
+                                     "-m/--multirun sweeps comma-separated values (experiment=harness_sweep)",
+                         epilog=run_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("-m", "--multirun", action="store_true", help="a Hydra multirun: one run per combination")
     run.add_argument("--cfg", choices=("job", "all"), help="print the composed config (job: without Hydra's own "
                      "settings; all: with them) and exit without running")
-    run.add_argument("overrides", nargs="*")
+    run.add_argument("overrides", nargs="*", help="experiment=NAME, GROUP=OPTION and key=value (listed below)")
     run.set_defaults(func=_run)
     table = sub.add_parser("table", help="rebuild results/ tables from runs' metrics.json")
     table.add_argument("--outputs", default="outputs")

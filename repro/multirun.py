@@ -2,7 +2,7 @@
 in its own directory ``<output_root>/<experiment>/<time>/<job number>``, started by Hydra's launcher: the basic
 one (in turn, in this process) unless ``hydra/launcher=`` picks another (``joblib_local``: local processes;
 ``slurm``: submitit on a SLURM cluster). The sweep's own settings (directories, callbacks) are under ``hydra:``
-in ``experiments/config.yaml`` and the experiment's file."""
+in ``repro/conf/config.yaml`` and the experiment's file."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from repro.runner import CONFIG_DIR, check_experiment, record_failure, run_configured
+from repro.configs import CONFIG_PATH
+from repro.runner import check_experiment, record_failure, run_configured
 
 
 def sweep_job(cfg: DictConfig) -> str:
@@ -45,7 +46,7 @@ def stopped_by_signal(exc: BaseException) -> bool:
 def multirun(overrides: list[str]) -> None:
     """Run Hydra's multirun over ``overrides`` (``repro run -m`` has taken the flag off)."""
     check_experiment(overrides)
-    main = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(sweep_job)
+    main = hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")(sweep_job)
     saved = sys.argv
     sys.argv = ["repro", "--multirun", *overrides]
     try:

@@ -21,27 +21,28 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from hydra.errors import HydraException, InstantiationException
 from hydra.utils import call, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from repro.configs import CONFIG_DIR, CONFIG_MODULE, EXPERIMENT_GROUP, config_groups
 from repro.files import atomic_write_text
 from repro.pricing import PricingConfig, price_metrics
 from repro.secrets import REDACTED, is_secret_key, without_secrets
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments"
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def experiment_names() -> list[str]:
-    return sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+    return config_groups(CONFIG_DIR).get(EXPERIMENT_GROUP, [])
 
 
 def compose_with_hydra(overrides: list[str]) -> DictConfig:
     """The composed config for ``overrides`` with Hydra's own ``hydra:`` settings; an unknown experiment lists the
     known ones, a bad override is one line."""
     check_experiment(overrides)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         try:
             return compose(config_name="config", overrides=overrides, return_hydra_config=True)
         except HydraException as exc:
@@ -58,13 +59,22 @@ def compose_config(overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def _git_sha() -> str | None:
+def _git(*args: str, cwd: Path) -> str | None:
+    """``git args`` in ``cwd``: its stdout, or None when git is missing, fails or hangs."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=CONFIG_DIR.parent, capture_output=True, text=True,
-                             timeout=10)
-    except OSError:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _git_sha(package_dir: Path = PACKAGE_DIR) -> str | None:
+    """The commit of the checkout this code runs from; None for an installed wheel (site-packages is no checkout, or
+    sits inside someone else's, e.g. a project's ``.venv``) or without git."""
+    top = _git("rev-parse", "--show-toplevel", cwd=package_dir)
+    if top is None or Path(top).resolve() / package_dir.name != package_dir:
+        return None
+    return _git("rev-parse", "HEAD", cwd=package_dir)
 
 
 def _versions(packages: list[str]) -> dict[str, str | None]:

@@ -1,6 +1,6 @@
 """The recipe model: the tiny Qwen3 with the recipe tokenizer, built for a harness and a set of train tasks.
 
-Recipe tokenizer = a BPE (``TinyModelConfig.vocab_size``, 4096 in ``experiments/model/tiny_recipe.yaml``) trained
+Recipe tokenizer = a BPE (``TinyModelConfig.vocab_size``, 4096 in ``repro/conf/model/tiny_recipe.yaml``) trained
 on the train tasks' statements and code (:func:`recipe_corpus`), plus single added tokens for every fixed text
 of a rollout (:func:`repro.tinymodel.vocab.recipe_added_tokens`: the harness's template paragraphs, the tools
 block, the tool-call wrapper, the submit suffix). ``TinyModelConfig.recipe_tokens`` asks for the latter;

@@ -2,7 +2,7 @@
 
 Pass@1 never uses this: evaluation keeps SWE-bench's verdict (``resolved``: every FAIL_TO_PASS and PASS_TO_PASS
 test passes). The default (``tests=all``, no penalties) is that verdict as 1.0 / 0.0, so the miniature's rewards
-are unchanged. Agent Lightning's SWE recipe (see ``experiments/experiment/agl_swebench_qwen35_9b.yaml``) rewards
+are unchanged. Agent Lightning's SWE recipe (see ``repro/conf/experiment/agl_swebench_qwen35_9b.yaml``) rewards
 FAIL_TO_PASS plus the PASS_TO_PASS tests that live in the same test files, minus two penalties, each a linear ramp
 (our reading of "from turn 80, lambda 0.1" and "from 50k to 64k tokens, at most 0.1"):
 

@@ -157,3 +157,48 @@ def test_a_missing_mandatory_value_is_one_line_naming_it(tmp_path) -> None:
         main(["run", "experiment=agl_swebench_qwen35_9b", "train_tasks.source=t.jsonl", "val_tasks.source=v.jsonl",
               f"run.output_root={tmp_path}"])
     assert not any(tmp_path.glob("agl_swebench_qwen35_9b/*"))  # nothing but the record was written: removed
+
+
+def test_run_help_lists_every_experiment_and_every_group_with_its_options(capsys) -> None:
+    from repro.cli import main
+    from repro.configs import CONFIG_DIR
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    folders = {path.parent for path in CONFIG_DIR.rglob("*.yaml") if path.parent != CONFIG_DIR}
+    assert {"experiment", "harness", "serving", "hydra/launcher"} <= {f.relative_to(CONFIG_DIR).as_posix()
+                                                                      for f in folders}
+    for folder in folders:
+        group = folder.relative_to(CONFIG_DIR).as_posix()
+        listed = out.split("experiments (", 1)[1] if group == "experiment" else next(
+            line for line in out.splitlines() if line.strip().startswith(f"{group}:"))
+        assert all(re.search(rf"\b{path.stem}\b", listed) for path in folder.glob("*.yaml")), group
+    assert "mini_repro*" in out and re.search(r"^\s+serving:\s+cpu\*, endpoint, vllm$", out, re.M)
+
+
+def _git_repo(path, *files: str) -> str:
+    import subprocess
+
+    for name in files:
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text("")
+    run = lambda *args: subprocess.run(["git", *args], cwd=path, check=True, capture_output=True,  # noqa: E731
+                                       text=True).stdout.strip()
+    run("init", "-q")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "c")
+    return run("rev-parse", "HEAD")
+
+
+def test_the_manifest_records_the_checkouts_commit_and_none_for_an_installed_package(tmp_path) -> None:
+    from repro.runner import _git_sha
+
+    checkout = tmp_path / "checkout"
+    sha = _git_repo(checkout, "repro/__init__.py")
+    assert _git_sha(checkout / "repro") == sha
+    installed = checkout / ".venv/lib/python3/site-packages/repro"  # a wheel in a venv inside some project
+    installed.mkdir(parents=True)
+    assert _git_sha(installed) is None
+    (tmp_path / "site-packages/repro").mkdir(parents=True)
+    assert _git_sha(tmp_path / "site-packages/repro") is None  # no checkout at all

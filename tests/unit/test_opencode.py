@@ -33,6 +33,7 @@ from harness_adapters.opencode import (
 from harness_adapters.opencode_env import OpenCodeEnv, build_sha256, check_version_exists, is_valid
 from harness_adapters.registry import get_harness
 from repro.protocols import HarnessRollout
+from repro.runner import CONFIG_DIR
 from repro.tasks.schema import Task
 
 BASE = "http://127.0.0.1:9/rollouts/r1/v1"
@@ -199,7 +200,7 @@ def test_run_classifies_each_rollout_in_order(fake_env: OpenCodeEnv, tmp_path: P
 
 
 def test_registry_and_hydra_config(fake_env: OpenCodeEnv, tmp_path: Path) -> None:
-    path = Path(__file__).resolve().parents[2] / "experiments" / "harness" / "opencode.yaml"
+    path = CONFIG_DIR / "harness" / "opencode.yaml"
     data = yaml.safe_load(path.read_text())
     assert data.pop("_target_") == "harness_adapters.opencode.OpenCodeConfig"
     assert OpenCodeConfig(**data) == OpenCodeConfig()

@@ -19,9 +19,9 @@ from harness_adapters.envs import HarnessEnv, HarnessEnvError
 from harness_adapters.openhands import OpenHandsConfig, OpenHandsHarness
 from harness_adapters.processes import DUMMY_API_KEY, ProcessOutcome
 from repro.protocols import HarnessRollout
+from repro.runner import CONFIG_DIR
 from repro.tasks.schema import Task
 
-ROOT = Path(__file__).resolve().parents[2]
 PIP_MISSING = (
     "pip install failed (exit 1); full log: /x/pip-install.log\n--- last 30 lines ---\n"
     "ERROR: Could not find a version that satisfies the requirement openhands-sdk==1.58.99 (from versions: "
@@ -56,7 +56,7 @@ def test_config_checks_and_yaml() -> None:
         OpenHandsConfig(extra_llm={"api_key": "x"})
     with pytest.raises(ValueError, match="max_iterations"):
         OpenHandsConfig(max_iterations=0)
-    data = yaml.safe_load((ROOT / "experiments/harness/openhands.yaml").read_text())
+    data = yaml.safe_load((CONFIG_DIR / "harness/openhands.yaml").read_text())
     assert data.pop("_target_") == "harness_adapters.openhands.OpenHandsConfig"
     cfg = OpenHandsConfig(**data)
     assert cfg.version == oh.DEFAULT_VERSION and cfg.step_limit == cfg.max_iterations and cfg.wall_time_limit_s == 0

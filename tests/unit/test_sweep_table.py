@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 
 from repro.report.sweep import matrix_frame, newest_cells, sweep_markdown
 from repro.report.tables import write_tables
-from repro.runner import CONFIG_DIR
+from repro.runner import CONFIG_MODULE
 
 
 def cell(harness: str, tasks: str, p: float, started: float, model: str = "policy", infra: int = 0) -> dict[str, Any]:
@@ -60,7 +60,7 @@ def test_repro_table_lays_out_matrix_runs_as_a_matrix(tmp_path: Path) -> None:
 
 
 def _hydra(overrides: list[str]) -> Any:
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         return compose(config_name="config", overrides=overrides, return_hydra_config=True)
 
 
