@@ -9,21 +9,24 @@ is read from /proc for its process (user + system seconds) around each proxied p
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import psutil
 
-from repro.bench.loadgen import PhaseResult, new_session, run_phase
 from repro.net import free_port, wait_for_http
 from repro.proxy import ProxyConfig
 from repro.proxy.server import start_proxy_process
+
+if TYPE_CHECKING:
+    from repro.bench.loadgen import PhaseResult
 
 
 @dataclass
@@ -58,6 +61,8 @@ def _register_rollouts(proxy_url: str, count: int, prefix: str) -> list[str]:
 
 
 async def _measure(cfg: ProxyBenchConfig, upstream: str, proxy: str, proxy_proc: psutil.Process) -> list[dict]:
+    from repro.bench.loadgen import new_session, run_phase  # aiohttp: the `bench` extra
+
     rows: list[dict[str, Any]] = []
     session = new_session(limit=max(cfg.concurrencies) * 2)
     try:
@@ -115,6 +120,8 @@ def summarise(rows: list[dict]) -> list[dict]:
 
 def run_proxy_benchmark(cfg: ProxyBenchConfig, run_dir: Path) -> dict[str, Any]:
     """Start fake upstream + proxy, measure, and return the metrics (also the rows, for the table)."""
+    if importlib.util.find_spec("aiohttp") is None:
+        raise SystemExit("the proxy benchmark's load generator needs aiohttp: pip install 'repro[bench]'")
     up_port, proxy_port = free_port(), free_port()
     upstream_cmd = [sys.executable, "-m", "repro.testing", "--port", str(up_port),
                     "--completion-tokens", str(cfg.completion_tokens)]
