@@ -1,6 +1,9 @@
 """The `repro` command line: run (Hydra experiments), table, inspect, tasks, images, plan, serve, build-model,
 proxy."""
 
+# Building the parser stays light (no model-serving stack, swebench or Hydra: it runs for every command); each
+# subcommand imports what it needs in its handler (tests/unit/test_cli_imports.py).
+
 from __future__ import annotations
 
 import argparse
@@ -46,14 +49,23 @@ def _proxy(args: argparse.Namespace) -> None:
     serve(config_from_args(args))
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose epilog may be a function: called only when the help is printed."""
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="repro", description=__doc__)
+    parser = _Parser(prog="repro", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     from repro.configs import run_help
 
     run = sub.add_parser("run", help="run an experiment (Hydra overrides, e.g. experiment=bench_proxy); "
                                      "-m/--multirun sweeps comma-separated values (experiment=harness_sweep)",
-                         epilog=run_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                         epilog=run_help, formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("-m", "--multirun", action="store_true", help="a Hydra multirun: one run per combination")
     run.add_argument("--cfg", choices=("job", "all"), help="print the composed config (job: without Hydra's own "
                      "settings; all: with them) and exit without running")

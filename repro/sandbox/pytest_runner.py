@@ -13,8 +13,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swebench.harness.log_parsers.python import parse_log_pytest
-
 from repro.sandbox.limits import ResourceLimits, clean_env, run_limited
 
 # Like `python -m pytest`, but pytest is imported before the working copy goes first on sys.path: otherwise a
@@ -42,6 +40,8 @@ class TestRun:
 def parse_statuses(log: str) -> dict[str, str]:
     """Test statuses from a ``pytest -rA`` log: swebench's parser, plus pytest 9's ``SUBFAILED`` lines (a test
     with a failed sub-test is FAILED)."""
+    from swebench.harness.log_parsers.python import parse_log_pytest  # swebench takes seconds to import: on first use
+
     statuses = parse_log_pytest(log, None)
     for match in _SUBFAILED.finditer(log):
         statuses[match.group(1)] = "FAILED"

@@ -1,16 +1,18 @@
-"""``repro tasks build | list | show``: export a bundled distribution to JSONL, count tasks, show one task."""
+"""``repro tasks build | list | show``: export a bundled distribution to JSONL, count tasks, show one task.
+
+Building the parser imports nothing of the task machinery (the CLI builds every subcommand's parser for any command);
+the handlers import it."""
 
 from __future__ import annotations
 
 import argparse
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from repro.tasks.distributions import TaskDistributionConfig, build_distribution
-from repro.tasks.loaders import data_sha256, load_tasks, write_tasks
-from repro.tasks.procedural import ProceduralConfig
-from repro.tasks.schema import Task
+if TYPE_CHECKING:
+    from repro.tasks.distributions import TaskDistributionConfig
+    from repro.tasks.schema import Task
 
 
 def add_distribution_args(parser: argparse.ArgumentParser) -> None:
@@ -24,14 +26,19 @@ def add_distribution_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--operator", action="append", default=[],
                         help="mutation operator or group (repeatable; default all)")
     parser.add_argument("--difficulty", default="one_step", help="one_step | one_step_brief | multi_step | mixed")
-    parser.add_argument("--tasks-per-module", type=int, default=ProceduralConfig.tasks_per_module)
+    parser.add_argument("--tasks-per-module", type=int, default=None,
+                        help="mutants drawn from one generated module (default: ProceduralConfig's)")
 
 
 def config_from_args(args: argparse.Namespace) -> TaskDistributionConfig:
+    from repro.tasks.distributions import TaskDistributionConfig
+    from repro.tasks.procedural import ProceduralConfig
+
+    procedural = ProceduralConfig() if args.tasks_per_module is None else ProceduralConfig(
+        tasks_per_module=args.tasks_per_module)
     return TaskDistributionConfig(
         seed=args.seed, split=args.split or "train", n_tasks=args.n, families=args.family or ["procedural"],
-        operators=args.operator, difficulty=args.difficulty,
-        procedural=ProceduralConfig(tasks_per_module=args.tasks_per_module),
+        operators=args.operator, difficulty=args.difficulty, procedural=procedural,
     )
 
 
@@ -56,6 +63,9 @@ def add_tasks_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _tasks(args: argparse.Namespace) -> list[Task]:
+    from repro.tasks.distributions import build_distribution
+    from repro.tasks.loaders import load_tasks
+
     if args.source:
         return load_tasks(args.source, args.split)
     return build_distribution(config_from_args(args))
@@ -63,6 +73,8 @@ def _tasks(args: argparse.Namespace) -> list[Task]:
 
 def counts_table(tasks: list[Task]) -> str:
     """Total, data sha256, and counts per family / operator / difficulty."""
+    from repro.tasks.loaders import data_sha256
+
     lines = [f"tasks: {len(tasks)}", f"data_sha256: {data_sha256(tasks)}"]
     for field in ("family", "operator", "difficulty"):
         counts = Counter(getattr(t, field) or "-" for t in tasks)
@@ -84,6 +96,9 @@ def describe(task: Task, patch: bool = False) -> str:
 def tasks_command(args: argparse.Namespace) -> None:
     """Run ``repro tasks <build|list|show>``."""
     if args.tasks_command == "build":
+        from repro.tasks.distributions import build_distribution
+        from repro.tasks.loaders import write_tasks
+
         tasks = build_distribution(config_from_args(args))
         write_tasks(tasks, args.out)
         print(f"wrote {len(tasks)} tasks to {args.out}")
