@@ -82,12 +82,12 @@ def test_the_default_miniature_has_several_calls_and_the_one_call_one_is_a_group
 
 
 def _readme_run_commands() -> list[str]:
-    """Every ``repro run ...`` the README shows (placeholders like ``[key=value ...]`` skipped)."""
+    """Every ``repro run ...`` the README shows (placeholders like ``[key=value ...]`` and ``--help`` skipped)."""
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     commands = re.findall(r"`(repro run(?: [^`]*)?)`", text) + re.findall(r"^(repro run(?: .*)?)$", text, re.M)
-    return sorted({c.strip() for c in commands if "[" not in c})
+    return sorted({c.strip() for c in commands if "[" not in c and "--help" not in c})
 
 
 @pytest.mark.parametrize("command", _readme_run_commands())
