@@ -176,7 +176,7 @@ def plot_files(runs: list[Run], comparable: bool, folder: Path) -> list[tuple[st
         save("before_after.svg", plots.before_after_outcomes(final_per_instance(a.metrics or {}) or {},
                                                              final_per_instance(b.metrics or {}) or {},
                                                              (a.label, b.label)), "per-instance outcomes, run vs run")
-    if curves:
+    if any(len(curve) > 1 for curve in curves.values()):  # k = 1 alone is Pass@1, in the table
         save("pass_at_k.svg", plots.pass_at_k(curves), "pass@k (unbiased estimator over the k samples)")
     if histograms:
         save("calls_per_rollout.svg", plots.calls_histogram(histograms), "model calls per rollout")
@@ -184,8 +184,7 @@ def plot_files(runs: list[Run], comparable: bool, folder: Path) -> list[tuple[st
     if matrix:
         from repro.report.sweep import cells_frame, newest_cells
 
-        save("sweep_matrix.svg", plots.sweep_heatmap(cells_frame(newest_cells(matrix))), "sweep: harness x tasks",
-             wide=True)
+        save("sweep_matrix.svg", plots.sweep_heatmap(cells_frame(newest_cells(matrix))), "sweep: harness x tasks")
     return made
 
 
@@ -265,7 +264,7 @@ def build_report(paths: list[Path], out: Path, max_tasks: int = 40, max_rollouts
     made = plot_files(runs, refused is None, out / "plots")
     index = out / "index.html"
     index.write_text(page("repro report", " · ".join(f"{r.label} ({r.kind})" for r in runs),
-                          index_body(runs, refused, made, tasks, shown, link),
+                          index_body(runs, refused, len(groups) > 1, made, tasks, shown, link),
                           [("#rows", "rows"), ("#plots", "plots"), ("#trajectories", "trajectories"),
                            ("#runs", "runs")]))
     if refused:
@@ -273,14 +272,15 @@ def build_report(paths: list[Path], out: Path, max_tasks: int = 40, max_rollouts
     return Report(index, refused, len(chosen) + len(shown) + 1)
 
 
-def index_body(runs: list[Run], refused: str | None, made: list[tuple[str, str, bool]], tasks: list[TaskSamples],
-               shown: list[TaskSamples], link: Any) -> str:
+def index_body(runs: list[Run], refused: str | None, compare: bool, made: list[tuple[str, str, bool]],
+               tasks: list[TaskSamples], shown: list[TaskSamples], link: Any) -> str:
+    """``compare``: the runs came as several arguments (a sweep's cells are separate specs, never compared)."""
     parts = []
     if refused:
         parts.append(tag("div", esc(refused), class_="banner refused", id_="refused"))
     rows = "".join(rows_section([r]) for r in runs) if refused else rows_section(runs)
     parts.append(tag("section", tag("h2", "Rows") + rows, id_="rows"))
-    if not refused and len(runs) > 1:
+    if compare and not refused:
         parts.append(comparison_section([r for r in runs if r.metrics]))
     parts.append(tag("section", tag("h2", "Plots") + plots_section(made), id_="plots"))
     trajectories = [tag("h2", "Trajectories")]

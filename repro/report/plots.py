@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -51,9 +52,13 @@ def _figure(width: float, height: float) -> Figure:
 
 
 def short_labels(ids: Sequence[str]) -> list[str]:
-    """Instance ids without the prefix they all share (``repro-bundled__procedural-s0-test-``)."""
+    """Instance ids without the prefix they all share (``repro-bundled__procedural-s0-test-``) and a trailing hash
+    (``-0f29afe2``), where the rest still tells them apart."""
     if len(ids) < 2:
         return [i.rsplit("__", 1)[-1] for i in ids]
+    bare = [re.sub(r"-[0-9a-f]{8}$", "", i) for i in ids]
+    if len(set(bare)) == len(ids):
+        ids = bare
     prefix = ids[0]
     for other in ids[1:]:
         prefix = prefix[:next((n for n, (a, b) in enumerate(zip(prefix, other, strict=False)) if a != b),
