@@ -43,6 +43,15 @@ def _inspect(args: argparse.Namespace) -> None:
     inspect_path(Path(args.path), args.rollout, SampleConfig(mode=args.samples_mode, weighting=args.weighting))
 
 
+def _report(args: argparse.Namespace) -> None:
+    from repro.report.html_report import build_report
+
+    report = build_report([Path(p) for p in args.run_dirs], Path(args.out), args.max_tasks, args.max_rollouts)
+    print(report.index)
+    if report.refused:
+        raise SystemExit(1)
+
+
 def _proxy(args: argparse.Namespace) -> None:
     from repro.proxy.server import config_from_args, serve
 
@@ -85,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--weighting", choices=WEIGHTINGS, default=SampleConfig.weighting,
                          help="row weights: a rollout's rows share weight 1, or each row weighs 1")
     inspect.set_defaults(func=_inspect)
+    report = sub.add_parser("report", help="write a static HTML report of runs (tables, plots, failed and solved "
+                                           "rollouts side by side, calls -> rows); open DIR/index.html")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (or a sweep directory)")
+    report.add_argument("--out", required=True, metavar="DIR", help="the report's folder")
+    report.add_argument("--max-tasks", type=int, default=40, help="tasks with a page of their own")
+    report.add_argument("--max-rollouts", type=int, default=200, help="rollouts with a page of their own")
+    report.set_defaults(func=_report)
     proxy = sub.add_parser("proxy", help="run the recording proxy")
     from repro.proxy.server import add_proxy_arguments
 

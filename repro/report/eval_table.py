@@ -139,6 +139,7 @@ def table_file_stem(name: str) -> str:
 def write_eval_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """One ``<table>.md`` and ``<table>.csv`` per table name among ``runs`` (a harness x task matrix when its newest
     run asks for ``layout: matrix``); returns the files written."""
+    from repro.report.plots import pass_at_1_bars, save_svg
     from repro.report.sweep import write_sweep_table
 
     by_table: dict[str, list[dict[str, Any]]] = {}
@@ -150,9 +151,11 @@ def write_eval_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
             written += write_sweep_table(name, table_runs, results)
             continue
         rows = select_rows(table_runs)
-        md, csv = results / f"{table_file_stem(name)}.md", results / f"{table_file_stem(name)}.csv"
-        md.write_text(eval_markdown(name, rows))
-        warning = " | ".join(warnings_for(rows))
-        csv_frame(rows, warning).to_csv(csv, index=False)
-        written += [md, csv]
+        stem = table_file_stem(name)
+        md, csv, svg = results / f"{stem}.md", results / f"{stem}.csv", results / f"{stem}.svg"
+        frame = csv_frame(rows, " | ".join(warnings_for(rows)))
+        frame.to_csv(csv, index=False)
+        save_svg(pass_at_1_bars(frame), svg)  # the plot of the CSV's rows
+        md.write_text(eval_markdown(name, rows) + f"\n![Pass@1 with its interval per row]({svg.name})\n")
+        written += [md, csv, svg]
     return written

@@ -114,10 +114,15 @@ def sweep_markdown(name: str, runs: list[dict[str, Any]]) -> str:
 
 
 def write_sweep_table(name: str, runs: list[dict[str, Any]], results: Path) -> list[Path]:
-    md, csv = results / f"{table_file_stem(name)}.md", results / f"{table_file_stem(name)}.csv"
-    md.write_text(sweep_markdown(name, runs))
-    cells_frame(newest_cells(runs)).to_csv(csv, index=False)
-    return [md, csv]
+    from repro.report.plots import save_svg, sweep_heatmap
+
+    stem = table_file_stem(name)
+    md, csv, svg = results / f"{stem}.md", results / f"{stem}.csv", results / f"{stem}.svg"
+    frame = cells_frame(newest_cells(runs))
+    frame.to_csv(csv, index=False)
+    save_svg(sweep_heatmap(frame), svg)  # the plot of the CSV's cells
+    md.write_text(sweep_markdown(name, runs) + f"\n![Pass@1 per harness and task distribution]({svg.name})\n")
+    return [md, csv, svg]
 
 
 def failed_jobs(sweep_dir: Path) -> list[dict[str, Any]]:

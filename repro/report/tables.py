@@ -107,17 +107,23 @@ def proxy_overhead_markdown(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def with_run_files(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """``metrics`` (a run's metrics.json) with its ``run_dir`` (repository-relative), ``overrides`` (overrides.txt)
+    and ``run_config`` (the resolved config.yaml) when the run directory holds them: what the row builders read."""
+    metrics["run_dir"] = repo_relative(metrics.get("run_dir") or str(run_dir))
+    overrides, config = run_dir / "overrides.txt", run_dir / "config.yaml"
+    if overrides.exists():
+        metrics["overrides"] = [line for line in overrides.read_text().splitlines() if line.strip()]
+    if config.exists():
+        metrics["run_config"] = yaml.safe_load(config.read_text())
+    return metrics
+
+
 def write_tables(outputs: Path, results: Path) -> list[Path]:
     """Regenerate every table that has runs; returns the files written."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for path, metrics in find_metrics(outputs):
-        metrics["run_dir"] = repo_relative(metrics.get("run_dir") or str(path.parent))
-        overrides, config = path.parent / "overrides.txt", path.parent / "config.yaml"
-        if overrides.exists():
-            metrics["overrides"] = [line for line in overrides.read_text().splitlines() if line.strip()]
-        if config.exists():
-            metrics["run_config"] = yaml.safe_load(config.read_text())  # the resolved config.yaml
-        by_kind.setdefault(metrics.get("kind", "unknown"), []).append(metrics)
+        by_kind.setdefault(metrics.get("kind", "unknown"), []).append(with_run_files(metrics, path.parent))
     written = []
     results.mkdir(parents=True, exist_ok=True)
     if "proxy_overhead" in by_kind:

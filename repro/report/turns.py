@@ -123,17 +123,22 @@ def verdict(report: InstanceReport) -> Group:
     style = "green" if report.outcome == "resolved" else "red"
     head = Text("verdict: ", style="bold") + Text(report.outcome, style=f"bold {style}")
     head += Text(f" {report.reason}" if report.reason else "")
-    kinds = {**{t: "FAIL_TO_PASS" for t in report.fail_to_pass}, **{t: "PASS_TO_PASS" for t in report.pass_to_pass}}
-    tests = list(kinds) + [t for t in report.tests if t not in kinds]
+    tests = graded_tests(report)
     if not tests:
         return Group(head, Text("(no test statuses recorded)", style="dim"))
     table = Table()
     for column in ("test", "kind", "status"):
         table.add_column(column, overflow="fold")
-    for test in tests:
-        status = report.tests.get(test, "MISSING")
-        table.add_row(test, kinds.get(test, "-"), Text(status, style="green" if status == "PASSED" else "red"))
+    for test, kind, status in tests:
+        table.add_row(test, kind, Text(status, style="green" if status == "PASSED" else "red"))
     return Group(head, table)
+
+
+def graded_tests(report: InstanceReport) -> list[tuple[str, str, str]]:
+    """(test, FAIL_TO_PASS / PASS_TO_PASS / -, status or MISSING): the graded tests first, then any others run."""
+    kinds = {**{t: "FAIL_TO_PASS" for t in report.fail_to_pass}, **{t: "PASS_TO_PASS" for t in report.pass_to_pass}}
+    tests = list(kinds) + [t for t in report.tests if t not in kinds]
+    return [(t, kinds.get(t, "-"), report.tests.get(t, "MISSING")) for t in tests]
 
 
 def rollout_view(rollout: RolloutRecord, calls: list[CallRecord], report: InstanceReport | None,

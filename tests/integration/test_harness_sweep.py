@@ -43,7 +43,7 @@ def test_sweep_of_two_versions_by_two_distributions(tmp_path: Path) -> None:
     assert "WARNING" not in matrix  # one checkpoint in every cell, all complete
     assert matrix in proc.stdout  # printed when the last job ended
     written = write_tables(out, tmp_path / "results")
-    assert {p.name for p in written} == {"harness_sweep.md", "harness_sweep.csv"}
+    assert {p.name for p in written} == {"harness_sweep.md", "harness_sweep.csv", "harness_sweep.svg"}
 
 
 def test_a_version_that_does_not_exist_fails_its_cell_and_names_it(tmp_path: Path) -> None:

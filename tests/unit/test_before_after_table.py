@@ -69,7 +69,7 @@ def test_seeds_of_one_configuration_get_a_pooled_row_and_diagnostics(tmp_path: P
     assert run_markdown([*runs, other]).count("pooled (") == 1
     written = write_before_after_tables(runs, tmp_path)
     assert {p.name for p in written} == {"mini_repro.md", "mini_repro.csv", "mini_repro_diagnostics.md",
-                                         "mini_repro_diagnostics.csv"}
+                                         "mini_repro_diagnostics.csv", "mini_repro_diagnostics.svg"}
     steps = (tmp_path / "mini_repro_diagnostics.csv").read_text().splitlines()
     assert len(steps) == 1 + 3 * 3 and steps[0].startswith("run,seed,step,reward_mean")
 

@@ -52,7 +52,8 @@ def test_seeds_pool_per_arm_and_for_the_difference(tmp_path: Path) -> None:
     assert "seed 0: `00000000`, seed 1: `11111111`, seed 2: `22222222`" in text  # each seed's own warm start
     written = write_loop_comparison_tables(runs, tmp_path)
     assert {p.name for p in written} == {"loop_comparison.md", "loop_comparison.csv",
-                                         "loop_comparison_diagnostics.md", "loop_comparison_diagnostics.csv"}
+                                         "loop_comparison_diagnostics.md", "loop_comparison_diagnostics.csv",
+                                         "loop_comparison_diagnostics.svg"}
     assert len((tmp_path / "loop_comparison_diagnostics.csv").read_text().splitlines()) == 1 + 3 * 2 * 2
 
 

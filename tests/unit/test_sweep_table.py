@@ -51,7 +51,7 @@ def test_repro_table_lays_out_matrix_runs_as_a_matrix(tmp_path: Path) -> None:
         (run_dir / "metrics.json").write_text(json.dumps(run))
         (run_dir / "overrides.txt").write_text(f"experiment=harness_sweep\nharness.version={i + 1}.0.0\n")
     written = write_tables(tmp_path / "outputs", tmp_path / "results")
-    assert {p.name for p in written} == {"harness_sweep.md", "harness_sweep.csv"}
+    assert {p.name for p in written} == {"harness_sweep.md", "harness_sweep.csv", "harness_sweep.svg"}
     md = (tmp_path / "results" / "harness_sweep.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| harness"))
     assert [c.strip() for c in header.strip("|").split("|")][:3] == ["harness", "t1", "t2"]

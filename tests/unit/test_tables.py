@@ -84,7 +84,7 @@ def test_eval_table_has_one_row_per_experiment_and_fingerprint(tmp_path: Path) -
     _eval_run(outputs, "old", "eval_tiny", 1.0, resolved=1)
     newest = _eval_run(outputs, "new", "eval_tiny", 2.0, resolved=3)
     written = write_tables(outputs, tmp_path / "results")
-    assert {p.name for p in written} == {"eval_tiny.md", "eval_tiny.csv"}
+    assert {p.name for p in written} == {"eval_tiny.md", "eval_tiny.csv", "eval_tiny.svg"}
     md = (tmp_path / "results" / "eval_tiny.md").read_text()
     assert "WARNING" not in md
     assert "75.0%" in md and "25.0%" not in md  # newest run of the (experiment, fingerprint) pair wins
@@ -141,7 +141,7 @@ def test_pass_at_k_column_and_proxy_tables_coexist(tmp_path: Path) -> None:
     (bench / "metrics.json").write_text(json.dumps({"kind": "proxy_overhead", "started_at": 0, "rows": rows,
                                                     "config": asdict(ProxyBenchConfig()), "summary": summarise(rows)}))
     written = {p.name for p in write_tables(outputs, tmp_path / "results")}
-    assert written == {"eval_k4.md", "eval_k4.csv", "proxy_overhead.md", "proxy_overhead.csv"}
+    assert written == {"eval_k4.md", "eval_k4.csv", "eval_k4.svg", "proxy_overhead.md", "proxy_overhead.csv"}
     assert "@2 75.0%, @4 75.0%" in (tmp_path / "results" / "eval_k4.md").read_text()
 
 
