@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
 from repro.asgi import SSE_HEADERS, Receive, Send, read_body, send_bytes
+from repro.protocols import HarnessResult, HarnessRollout
 
 
 class FakeTrainingRow:
@@ -275,6 +276,36 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=20)
+
+
+class FakeHarness:
+    """A ``Harness`` for unit tests of what drives one (no process, no model call): each rollout finishes at once;
+    the rollouts it ran are kept in ``seen``."""
+
+    name = "fake"
+    version = "0"
+    cfg: Any
+
+    def __init__(self, cfg: Any = None) -> None:
+        self.cfg = cfg
+        self.seen: list[HarnessRollout] = []
+        self.closed = False
+
+    def identity(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version}
+
+    def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
+        self.seen += rollouts
+        return [HarnessResult(r.rollout_id, "finished") for r in rollouts]
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class ScenarioEngine:
