@@ -23,7 +23,7 @@ from repro.sandbox.repos import RepoResolver
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from tests.docker_support import docker_engine
-from tests.expert_support import run_expert
+from tests.support import run_expert
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["procedural"], operators=["recipe"],
                                difficulty="locate")

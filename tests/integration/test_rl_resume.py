@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_mini_repro import SMALL
+from tests.support import SMALL
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from repro.net import free_port
 from repro.proxy.config import UPSTREAM_API_KEY_ENV
 from repro.secrets import is_secret_key, without_secrets
 from repro.serving.commands import start_cpu_server_process, stop_process
-from tests.conftest import RunningProxy, start_proxy
+from tests.support import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.timeout(300)
 
