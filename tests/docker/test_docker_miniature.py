@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from repro.sandbox.docker_engine import LABEL_RUN
 from repro.store import open_store
 from tests.docker_support import docker_engine
 from tests.support import repro_cli
+
+pytestmark = pytest.mark.e2e
 
 TINY = ["experiment=mini_repro", "sandbox=docker", "warm_start.n_demo_tasks=6", "train_tasks.n_tasks=9",
         "warm_start.sft.epochs=1", "rl.steps=1", "rl.tasks_per_step=2", "rl.samples_per_task=2", "tasks.n_tasks=2",

@@ -10,8 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from repro.report.tables import write_tables
 from tests.support import ROOT, repro_cli
+
+pytestmark = pytest.mark.e2e
 
 
 def test_sweep_of_two_versions_by_two_distributions(tmp_path: Path) -> None:

@@ -7,9 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from repro.files import weights_sha256
 from repro.store import open_store
 from tests.support import SMALL, repro_cli
+
+pytestmark = pytest.mark.e2e
 
 FIDELITY = ["fidelity.max_rollouts=6", "fidelity.other_tasks=2"]
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from repro.store import open_store
 from tests.support import repro_cli
 
 
+@pytest.mark.e2e
 def test_frozen_eval_run_evaluates_and_prints_the_table(tmp_path: Path) -> None:
     root = Path(__file__).parents[2]
     out = repro_cli("run", "experiment=eval_bundled", f"run.output_root={tmp_path}", "tasks.n_tasks=2",
@@ -27,6 +30,7 @@ def test_frozen_eval_run_evaluates_and_prints_the_table(tmp_path: Path) -> None:
     assert metrics["fingerprint"][:8] in (tmp_path / "results" / "eval_bundled.md").read_text()
 
 
+@pytest.mark.e2e
 def test_smoke_run_records_every_harness_call(tmp_path: Path) -> None:
     out = repro_cli("run", "experiment=smoke", f"run.output_root={tmp_path}", "harness.step_limit=2",
                     cwd=Path(__file__).parents[2])

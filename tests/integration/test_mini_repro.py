@@ -13,6 +13,8 @@ from repro.files import weights_sha256
 from repro.store import open_store
 from tests.support import SMALL, repro_cli
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.parametrize(("experiment", "demo_calls"), [("mini_repro", {1, 3, 4}), ("mini_repro_one_call", {1})])
 def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path, experiment: str, demo_calls: set[int]) -> None:
