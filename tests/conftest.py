@@ -9,6 +9,7 @@ import pytest
 
 from repro.net import free_port
 from repro.serving.commands import start_cpu_server_process, stop_process
+from repro.serving.cpu_server_args import CpuServerArgs
 from repro.testing import FakeVllmUpstream, ServerThread
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 from tests.support import RunningProxy, start_proxy
@@ -42,7 +43,7 @@ def cpu_server_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
     """Base URL (``http://127.0.0.1:PORT``) of a real ``python -m repro.serving.cpu_server`` process."""
     port = free_port()
     log_path = tmp_path_factory.mktemp("server") / "cpu_server.log"
-    proc = start_cpu_server_process(tiny_model_dir, port, max_batch_size=8, log_path=log_path, timeout_s=120)
+    proc = start_cpu_server_process(CpuServerArgs(tiny_model_dir, port=port, max_batch_size=8), log_path=log_path)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
