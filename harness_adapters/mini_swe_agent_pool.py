@@ -87,6 +87,8 @@ class MiniSweAgentHarness:
 
     name = NAME
     acts_in_containers = True  # a rollout with a ContainerSpec runs in mini's own DockerEnvironment
+    cfg: MiniSweAgentConfig
+    version: str
 
     def __init__(
         self,

@@ -49,8 +49,6 @@ rollout's end, or at its timeout by this harness); the container's CPU, memory a
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -77,7 +75,8 @@ from harness_adapters.mini_swe_agent import (
     write_harness_config,
     write_yaml,
 )
-from harness_adapters.processes import TAIL_CHARS, last_line, run_in_session, run_in_threads
+from harness_adapters.per_rollout import PerRolloutHarness
+from harness_adapters.processes import TAIL_CHARS, last_line, run_in_session
 from repro.protocols import ContainerSpec, HarnessResult, HarnessRollout
 
 __all__ = ["FINISHED_EXIT_STATUSES", "V1_VERSION", "MiniSweAgentV1Harness", "build_command", "merge_configs"]
@@ -127,13 +126,12 @@ def build_command(env: HarnessEnv, model_name: str, trajectory: Path, config_pat
             "-o", str(trajectory), "-c", str(config_path), f"--task={task}"]
 
 
-class MiniSweAgentV1Harness:
-    """mini-SWE-agent 1.x: each rollout one ``mini`` subprocess, up to ``concurrency`` at once (threads).
-
-    ``workers`` is accepted for the registry's common constructor and unused: there are no long-lived workers.
-    """
+class MiniSweAgentV1Harness(PerRolloutHarness):
+    """mini-SWE-agent 1.x: each rollout one ``mini`` subprocess, up to ``concurrency`` at once (threads)."""
 
     name = NAME
+    thread_prefix = "mswea1"
+    cfg: MiniSweAgentConfig
     acts_in_containers = True  # a rollout with a ContainerSpec runs in mini's own DockerEnvironment
 
     def __init__(self, cfg: MiniSweAgentConfig | None = None, workers: int = 1, *, env: HarnessEnv | None = None,
@@ -142,9 +140,8 @@ class MiniSweAgentV1Harness:
         if not is_v1(self.cfg.version):
             raise ValueError(f"MiniSweAgentV1Harness runs mini-SWE-agent 1.x, got version {self.cfg.version!r}")
         self._env = env or ensure_mini_swe_agent_env(self.cfg.version)
-        self._own_state = state_dir is None
-        self._state = Path(state_dir or tempfile.mkdtemp(prefix="repro-mswea1-")).resolve()
-        self._config_dir = self._state / "config"
+        state = self.use_state_dir(state_dir, "repro-mswea1-")
+        self._config_dir = state / "config"
         self._identity = write_harness_config(self._env, self.cfg, self._config_dir)
         self.version = self._identity.version
         self._base = merge_configs(*(yaml.safe_load((self._config_dir / n).read_text(encoding="utf-8")) or {}
@@ -154,7 +151,7 @@ class MiniSweAgentV1Harness:
                                              yaml.safe_load(settings.read_text(encoding="utf-8")) or {})
         self._answers = self._config_dir / ANSWERS_NAME
         self._answers.write_text(limit_answers(self.cfg))
-        self._proc_env = build_process_env(self.cfg, home=self._state / "home", config_dir=self._config_dir) | V1_ENV
+        self._proc_env = build_process_env(self.cfg, home=state / "home", config_dir=self._config_dir) | V1_ENV
 
     def identity(self) -> dict[str, Any]:
         """Name, version, hashes of the base and settings files, litellm/openai versions (as for 2.x)."""
@@ -169,22 +166,8 @@ class MiniSweAgentV1Harness:
         block = dict(self._container_base.get("environment") or {})
         return merge_configs(self._container_base, overlay, container_overlay(rollout.container, block))
 
-    def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
-        """Run ``rollouts`` with at most ``concurrency`` ``mini`` processes at once; results in order."""
-        return run_in_threads(rollouts, concurrency, self._run_one, "mswea1")
-
-    def close(self) -> None:
-        """Drop the state dir if it was temporary (no process outlives ``run``)."""
-        if self._own_state:
-            shutil.rmtree(self._state, ignore_errors=True)
-
-    def __enter__(self) -> MiniSweAgentV1Harness:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _run_one(self, rollout: HarnessRollout) -> HarnessResult:
+    def run_one(self, rollout: HarnessRollout) -> HarnessResult:
+        """One ``mini`` (or, in a container, the 1.x docker runner) for ``rollout``; its record in ``output_dir``."""
         workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
         config_path = output_dir / "config" / RUN_CONFIG_NAME
         config_path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,10 +188,8 @@ class MiniSweAgentV1Harness:
             result = _as_result(rollout.rollout_id, run, output_dir)
             if rollout.container is not None:
                 _attach_container_diff(result, output_dir / DIFF_NAME, outcome.timed_out, rollout.rollout_id)
-        record = asdict(result) | {"identity": self.identity(), "command": cmd}
-        (output_dir / RESULT_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")
+        self.write_record(output_dir / RESULT_NAME, result, cmd)
         return result
-
 
     def _container_command(self, rollout: HarnessRollout, config_path: Path, trajectory: Path) -> list[str]:
         """The 1.x docker runner's command line and its request file (the instance as mini's runner reads it)."""

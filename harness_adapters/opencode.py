@@ -49,19 +49,18 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness_adapters.opencode_env import OpenCodeEnv, ensure_opencode_env
+from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import (
     DUMMY_API_KEY,
     TAIL_CHARS,
     ProcessOutcome,
     last_line,
     run_in_session,
-    run_in_threads,
     tail,
 )
 from repro.protocols import HarnessResult, HarnessRollout
@@ -224,33 +223,30 @@ def _json_bytes(data: Any) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
-class OpenCodeHarness:
-    """OpenCode: each rollout one ``opencode run`` subprocess, up to ``concurrency`` at once (threads).
-
-    ``workers`` is accepted for the registry's common constructor and unused (no long-lived workers)."""
+class OpenCodeHarness(PerRolloutHarness):
+    """OpenCode: each rollout one ``opencode run`` subprocess, up to ``concurrency`` at once (threads)."""
 
     name = NAME
+    thread_prefix = "opencode"
+    cfg: OpenCodeConfig
 
     def __init__(self, cfg: OpenCodeConfig | None = None, workers: int = 1, *, env: OpenCodeEnv | None = None,
                  state_dir: Path | None = None) -> None:
         self.cfg = cfg or OpenCodeConfig()
         self._env = env or ensure_opencode_env(self.cfg.version)
         self.version = self.cfg.version
-        self._own_state = state_dir is None
-        self._state = Path(state_dir or tempfile.mkdtemp(prefix="repro-opencode-")).resolve()
-        self._state.mkdir(parents=True, exist_ok=True)
-        self._identity = self._build_identity()
+        self._identity = self._build_identity(self.use_state_dir(state_dir, "repro-opencode-"))
 
     def identity(self) -> dict[str, Any]:
         """Name, version, hashes of the generated config (rollout URLs as placeholders), packages, settings."""
         return json.loads(json.dumps(self._identity))
 
-    def _build_identity(self) -> dict[str, Any]:
+    def _build_identity(self, state: Path) -> dict[str, Any]:
         model = self.cfg.model_name or "{served_model_name}"
         placeholders = {"policy": "{base_url}", "auxiliary": "{base_url:purpose=auxiliary}",
                         "summary": "{base_url:purpose=summary}"}
         template = opencode_config(self.cfg, model, placeholders)
-        (self._state / CONFIG_NAME).write_bytes(_json_bytes(template))
+        (state / CONFIG_NAME).write_bytes(_json_bytes(template))
         lock = (self._env.config_deps / "package-lock.json").read_bytes()
         settings = {
             "model_name": model, "agent": self.cfg.agent, "step_limit": self.cfg.step_limit,
@@ -265,22 +261,8 @@ class OpenCodeHarness:
                                  _sha256(lock)},
                 "packages": self._env.packages(), "settings": settings}
 
-    def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
-        """Run ``rollouts`` with at most ``concurrency`` OpenCode processes at once; results in order."""
-        return run_in_threads(rollouts, concurrency, self._run_one, "opencode")
-
-    def close(self) -> None:
-        """Drop the state dir if it was temporary (no process outlives ``run``)."""
-        if self._own_state:
-            shutil.rmtree(self._state, ignore_errors=True)
-
-    def __enter__(self) -> OpenCodeHarness:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _run_one(self, rollout: HarnessRollout) -> HarnessResult:
+    def run_one(self, rollout: HarnessRollout) -> HarnessResult:
+        """One ``opencode run`` for ``rollout`` (then ``opencode export``); its record in ``output_dir``."""
         workdir, out = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
         model = self.cfg.model_name or rollout.model_name
         home, config_path, task_path = out / "home", out / "config" / CONFIG_NAME, out / "task.txt"
@@ -299,8 +281,7 @@ class OpenCodeHarness:
             events = parse_events((out / "stdout.log").read_text(encoding="utf-8", errors="replace"))
             session = self._export(events, workdir, proc_env, out) if self.cfg.export_session else None
             result = classify(rollout, outcome, events, out, session)
-        record = asdict(result) | {"identity": self._identity, "command": cmd}
-        (out / RESULT_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")
+        self.write_record(out / RESULT_NAME, result, cmd)
         return result
 
     def _export(self, events: list[dict[str, Any]], workdir: Path, proc_env: dict[str, str],

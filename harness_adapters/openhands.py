@@ -43,11 +43,12 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from harness_adapters.envs import HarnessEnv, HarnessEnvError, ensure_harness_env
+from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import (
     TAIL_CHARS,
     ProcessOutcome,
@@ -56,7 +57,6 @@ from harness_adapters.processes import (
     kill_tree,
     last_line,
     run_in_session,
-    run_in_threads,
     tail,
 )
 from harness_adapters.versions import nearest
@@ -226,13 +226,15 @@ def missing_version_message(pip_output: str, version: str) -> str | None:
     return None
 
 
-class OpenHandsHarness:
+class OpenHandsHarness(PerRolloutHarness):
     """OpenHands' default agent: each rollout one runner process, up to ``concurrency`` at once (threads).
 
-    ``workers`` is accepted for the registry's common constructor and unused: there are no long-lived workers.
-    ``python``: the interpreter (>= 3.12) to build the env with; default :func:`find_python`."""
+    ``python``: the interpreter (>= 3.12) to build the env with; default :func:`find_python`. No state dir: every
+    rollout's state lives in its output dir."""
 
     name = NAME
+    thread_prefix = "openhands"
+    cfg: OpenHandsConfig
 
     def __init__(self, cfg: OpenHandsConfig | None = None, workers: int = 1, *, env: HarnessEnv | None = None,
                  python: str | None = None) -> None:
@@ -262,20 +264,8 @@ class OpenHandsHarness:
             "terminal": terminal,
         }
 
-    def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
-        """Run ``rollouts`` with at most ``concurrency`` runner processes at once; results in order."""
-        return run_in_threads(rollouts, concurrency, self._run_one, "openhands")
-
-    def close(self) -> None:
-        """Nothing to release: every rollout's state lives in its output dir and no process outlives ``run``."""
-
-    def __enter__(self) -> OpenHandsHarness:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _run_one(self, rollout: HarnessRollout) -> HarnessResult:
+    def run_one(self, rollout: HarnessRollout) -> HarnessResult:
+        """One runner process for ``rollout`` (its tmux servers killed after it); its record in ``output_dir``."""
         workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / RESULT_NAME).unlink(missing_ok=True)
@@ -293,8 +283,7 @@ class OpenHandsHarness:
             kill_processes_under([workdir])  # commands that left the tmux server's tree
         result = as_result(rollout.rollout_id, outcome, output_dir, rollout.timeout_s)
         result.info["tmux_servers_killed"] = killed
-        record = asdict(result) | {"identity": self.identity(), "command": cmd}
-        (output_dir / ADAPTER_LOG_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")
+        self.write_record(output_dir / ADAPTER_LOG_NAME, result, cmd)
         return result
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Self
 
 from repro.tasks.schema import Task
 
@@ -90,13 +90,22 @@ class HarnessResult:
 
 
 class Harness(Protocol):
-    """An unchanged agent harness, installed at a pinned version, driven headless."""
+    """An unchanged agent harness, installed at a pinned version, driven headless; used as a context manager
+    (``with get_harness(...) as harness``), which closes it on exit."""
 
     name: str
     version: str
+    cfg: Any  # its config dataclass; the frozen spec reads ``version``, ``step_limit``, ``wall_time_limit_s``
 
     def identity(self) -> dict[str, Any]:
         """Name, version, hashes of its config/prompt files and wire-relevant package versions."""
 
     def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
         """Run rollouts (concurrently, in long-lived workers); one result per rollout, in order."""
+
+    def close(self) -> None:
+        """Stop its workers and processes and drop its temporary state; it is not used afterwards."""
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...

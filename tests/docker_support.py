@@ -105,7 +105,7 @@ def _layout_files() -> bytes:
 def swebench_layout_row(engine: Any, task: Task, number: int) -> Task:
     """A SWE-bench-schema row (fixture: ``repo``/``version`` of a repository swebench knows, a synthetic instance id)
     for a bundled task, and its image in swebench's naming with the instance image layout."""
-    from repro.sandbox.images import _tar_dir, base_image_name, swebench_image_name
+    from repro.sandbox.images import base_image_name, swebench_image_name, tar_dir
     from repro.sandbox.local import LocalSandboxConfig
 
     row = dataclasses.replace(task, instance_id=f"pallets__flask-{90000 + number}", repo_path=None,
@@ -114,7 +114,7 @@ def swebench_layout_row(engine: Any, task: Task, number: int) -> Task:
     workspace = local.workspace(task, f"layout-{number}")
     container = engine.containers.create(base_image_name(), command=["true"], network_mode="none")
     try:
-        container.put_archive("/", _tar_dir(workspace.path, "testbed"))
+        container.put_archive("/", tar_dir(workspace.path, "testbed"))
         container.put_archive("/", _layout_files())
         repository, tag = swebench_image_name(row.instance_id, "swebench", "latest").rsplit(":", 1)
         container.commit(repository, tag, changes=["WORKDIR /testbed"])
@@ -136,7 +136,7 @@ def _git(repo: Any, *args: str) -> str:
 def swesmith_layout_row(engine: Any, task: Task, number: int, namespace: str = "repro-fixture") -> Task:
     """A row in SWE-smith's exact schema for a bundled task (loaded through the task loader), and its image under
     the row's ``image_name``."""
-    from repro.sandbox.images import _tar_dir, base_image_name
+    from repro.sandbox.images import base_image_name, tar_dir
     from repro.sandbox.local import LocalSandboxConfig
     from repro.tasks.loaders import row_to_task
 
@@ -164,7 +164,7 @@ def swesmith_layout_row(engine: Any, task: Task, number: int, namespace: str = "
         image_name = f"{namespace}/swesmith.x86_64.{owner}_1776_{name}.{commit8}"
         container = engine.containers.create(base_image_name(), command=["true"], network_mode="none")
         try:
-            container.put_archive("/", _tar_dir(repo, "testbed"))
+            container.put_archive("/", tar_dir(repo, "testbed"))
             container.put_archive("/", _layout_files())
             container.commit(image_name, "latest", changes=["WORKDIR /testbed"])
         finally:

@@ -329,13 +329,15 @@ def serving_stack(ctx: Context, runner: Runner, kind: str, details: dict[str, An
     from repro.proxy import ProxyConfig
     from repro.proxy.server import start_proxy_process
     from repro.serving.commands import start_cpu_server_process, stop_process
+    from repro.serving.cpu_server_args import CpuServerArgs
 
     port = free_port()
     if kind == "vllm":
         server, details["vllm_attempts"] = _start_vllm(ctx, runner, port)
     else:
-        server = start_cpu_server_process(ctx.served_dir, port, served_model_name=SERVED_NAME,
-                                          default_max_tokens=ctx.cfg.max_tokens, log_path=ctx.work / "cpu_server.log")
+        args = CpuServerArgs(ctx.served_dir, port=port, served_model_name=SERVED_NAME,
+                             default_max_tokens=ctx.cfg.max_tokens)
+        server = start_cpu_server_process(args, log_path=ctx.work / "cpu_server.log")
     procs = [server]
     try:
         proxy = ProxyConfig(port=free_port(), upstream_url=f"http://127.0.0.1:{port}", upstream_model=SERVED_NAME,

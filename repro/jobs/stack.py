@@ -6,9 +6,10 @@ import contextlib
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -16,6 +17,7 @@ from repro.net import free_port
 from repro.proxy import ProxyConfig
 from repro.proxy.server import start_proxy_process
 from repro.serving.commands import start_cpu_server_process, stop_process
+from repro.serving.cpu_server_args import CpuServerArgs
 from repro.serving.vllm_launcher import VLLMConfig, check_vllm_installed, launch_vllm
 from repro.serving.vllm_weights import DEV_MODE_ENV, reload_weights
 from repro.train.sync import push_weights
@@ -32,6 +34,15 @@ class CpuServingConfig:
     default_max_tokens: int = 128
     max_model_len: int | None = None  # context limit (None: the model's max_position_embeddings), as vLLM's flag
     expert_tasks: Path | None = None  # a tasks JSONL: serve the scripted expert (gold fixes) instead of the model
+
+    def server_args(self, model_dir: Path, port: int, **overrides: Any) -> CpuServerArgs:
+        """The server's settings for ``model_dir`` on ``port``; ``overrides``: other :class:`CpuServerArgs` fields."""
+        expert = self.expert_tasks
+        return CpuServerArgs(**{
+            "model": Path(model_dir), "port": port, "served_model_name": self.served_model_name,
+            "max_batch_size": self.max_batch_size, "torch_threads": self.torch_threads,
+            "default_max_tokens": self.default_max_tokens, "max_model_len": self.max_model_len,
+            "expert_tasks": Path(expert) if expert else None, **overrides})
 
 
 @dataclass
@@ -115,13 +126,14 @@ def model_vocab_size(model_dir: Path) -> int | None:
 
 @contextlib.contextmanager
 def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig, run_dir: Path,
-                  expert_tasks: Path | None = None, server_args: tuple[str, ...] = ()) -> Iterator[Stack]:
+                  expert_tasks: Path | None = None,
+                  server_overrides: Mapping[str, Any] | None = None) -> Iterator[Stack]:
     """Start the CPU server (or, with ``VllmServingConfig``, ``vllm serve``) and the proxy (logs in ``run_dir``);
     stop both on exit.
 
     ``expert_tasks`` (else ``serving.expert_tasks``), a tasks JSONL, makes the server the scripted expert;
-    ``server_args``: extra server flags (``--expert-slip-rate``...). With ``EndpointServingConfig`` no server is
-    started: the proxy forwards to the endpoint."""
+    ``server_overrides``: other CPU server settings (:class:`CpuServerArgs` fields: ``expert_slip_rate``...).
+    With ``EndpointServingConfig`` no server is started: the proxy forwards to the endpoint."""
     if isinstance(serving, EndpointServingConfig):
         with _proxy_only(serving, proxy, run_dir) as stack:
             yield stack
@@ -131,14 +143,9 @@ def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig
             yield stack
         return
     server_port = serving.port or free_port()
-    expert = expert_tasks or serving.expert_tasks
-    server = start_cpu_server_process(
-        model_dir, server_port, served_model_name=serving.served_model_name, max_batch_size=serving.max_batch_size,
-        torch_threads=serving.torch_threads, default_max_tokens=serving.default_max_tokens,
-        expert_tasks=Path(expert) if expert else None,
-        extra_args=(*server_args, *(("--max-model-len", str(serving.max_model_len)) if serving.max_model_len else ())),
-        log_path=run_dir / "model_server.log",
-    )
+    overrides = {**({"expert_tasks": Path(expert_tasks)} if expert_tasks else {}), **(server_overrides or {})}
+    server = start_cpu_server_process(serving.server_args(model_dir, server_port, **overrides),
+                                      log_path=run_dir / "model_server.log")
     procs: list[subprocess.Popen] = [server]
     try:
         proxy_cfg = _proxy_config(proxy, f"http://127.0.0.1:{server_port}", run_dir, serving.served_model_name,

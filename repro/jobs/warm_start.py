@@ -93,9 +93,10 @@ def record_demonstrations(run_dir: Path, base_model: Path, tasks: list[Task], cf
     identity = agent.identity()
     opts = RolloutOptions(mode="demo", k=1, concurrency=cfg.concurrency, grade=False, write_preds=False,
                           harness_name=identity.get("name", ""), harness_version=identity.get("version", ""))
-    slip = ("--expert-slip-rate", str(cfg.expert_slip_rate), "--expert-slip-seed", str(cfg.expert_slip_seed),
-            "--expert-slip-operators", ",".join(cfg.expert_slip_operators))
-    with running_stack(base_model, serving, proxy, run_dir, expert_tasks=expert_tasks, server_args=slip) as stack:
+    slip = {"expert_slip_rate": cfg.expert_slip_rate, "expert_slip_seed": cfg.expert_slip_seed,
+            "expert_slip_operators": tuple(cfg.expert_slip_operators)}
+    with running_stack(base_model, serving, proxy, run_dir, expert_tasks=expert_tasks,
+                       server_overrides=slip) as stack:
         runner = RolloutRunner(demo_dir, run_dir / "traces.sqlite", opts, tasks, stack, agent, box, "expert")
         try:
             runner.run("expert demonstrations")

@@ -77,6 +77,8 @@ class RebuiltMiniSweAgentHarness:
 
     name = "mini-swe-agent"
     loop_kind = "rebuilt"
+    cfg: MiniSweAgentConfig
+    version: str
 
     def __init__(self, cfg: MiniSweAgentConfig, tokenizer_dir: Path) -> None:
         from transformers import AutoTokenizer
@@ -113,6 +115,7 @@ class RebuiltMiniSweAgentHarness:
                              time.monotonic() - started, str(path), {"loop": self.loop_kind})
 
     def close(self) -> None:
+        """Drop the loop's temporary home (its commands' HOME)."""
         import shutil
 
         shutil.rmtree(self._home, ignore_errors=True)

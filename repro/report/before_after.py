@@ -18,20 +18,18 @@ import pandas as pd
 from repro.evaluation.metrics import bootstrap_interval
 from repro.evaluation.paired import paired_summary
 from repro.pricing import cost_cell
+from repro.report.eval_table import pct
 
 PHASES = ("setup", "warm_start_demos", "warm_start_sft", "eval_before", "rl_rollouts", "rl_training", "eval_after")
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def _p(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-def _pass_cell(ev: dict[str, Any]) -> str:
-    return f"{_pct(ev['pass_at_1'])} [{_pct(ev['ci']['low'])}, {_pct(ev['ci']['high'])}]"
+def pass_cell(ev: dict[str, Any]) -> str:
+    """``Pass@1 [low, high]`` of one evaluation."""
+    return f"{pct(ev['pass_at_1'])} [{pct(ev['ci']['low'])}, {pct(ev['ci']['high'])}]"
 
 
 def _phase_hours(run: dict[str, Any]) -> str:
@@ -54,22 +52,24 @@ def _rl_cell(run: dict[str, Any]) -> str:
             f"lr {trainer.get('learning_rate', '?'):g}")
 
 
-def _delta_cell(paired: dict[str, Any]) -> str:
+def delta_cell(paired: dict[str, Any]) -> str:
+    """The paired difference and its interval, in points (``+4.5 [+1.2, +7.9]``)."""
     return (f"{100 * paired['delta']:+.1f} [{100 * paired['delta_low']:+.1f}, {100 * paired['delta_high']:+.1f}]")
 
 
-def _mde_cell(paired: dict[str, Any]) -> str:
+def mde_cell(paired: dict[str, Any]) -> str:
+    """The minimum detectable effect in points ('-' when unknown)."""
     return "-" if paired.get("mde") is None else f"{100 * paired['mde']:.1f}"
 
 
-def _pass_at_k_cell(run: dict[str, Any]) -> str:
+def pass_at_k_cell(run: dict[str, Any]) -> str:
     """``pass@k before -> after`` at the largest k both evaluations report."""
     before, after = run["before"].get("pass_at_k") or {}, run["after"].get("pass_at_k") or {}
     common = sorted(set(before) & set(after), key=int)
     if not common or common[-1] == "1":
         return "-"
     k = common[-1]
-    return f"@{k}: {_pct(before[k])} -> {_pct(after[k])}"
+    return f"@{k}: {pct(before[k])} -> {pct(after[k])}"
 
 
 def calls_summary(histogram: dict[str, int]) -> str:
@@ -101,7 +101,7 @@ def _habit_cell(run: dict[str, Any]) -> str:
     habits = run.get("habits") or {}
     if not habits:
         return "-"
-    return f"{_pct(habits['before']['share'])} -> {_pct(habits['after']['share'])}"
+    return f"{pct(habits['before']['share'])} -> {pct(habits['after']['share'])}"
 
 
 def _weights_cell(run: dict[str, Any]) -> str:
@@ -139,10 +139,10 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
         "changed": " ".join(changed(run)) or "-",
         "loop": run.get("loop", "proxy"), "weighting": run["samples"]["weighting"],
         "samples": run["samples"]["mode"], "RL": _rl_cell(run),
-        "n": paired["n"], "Pass@1 before": _pass_cell(run["before"]), "Pass@1 after": _pass_cell(run["after"]),
-        "pass@k before -> after": _pass_at_k_cell(run), "calls per rollout before -> after": _calls_cell(run),
+        "n": paired["n"], "Pass@1 before": pass_cell(run["before"]), "Pass@1 after": pass_cell(run["after"]),
+        "pass@k before -> after": pass_at_k_cell(run), "calls per rollout before -> after": _calls_cell(run),
         "slipped edits before -> after": _habit_cell(run),
-        "delta [95% CI]": _delta_cell(paired), "MDE": _mde_cell(paired),
+        "delta [95% CI]": delta_cell(paired), "MDE": mde_cell(paired),
         "sign-flip p": _p(paired.get("sign_flip_p")), "McNemar p (sample 0)": _p(paired.get("mcnemar_p")),
         "weights before -> after": _weights_cell(run),
         "wall h": f"{run.get('wall_s', 0) / 3600:.2f}", "hours per phase (wall)": _phase_hours(run),
@@ -152,7 +152,7 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _mean_over_seeds(maps: list[dict[str, float]]) -> dict[str, float]:
+def mean_over_seeds(maps: list[dict[str, float]]) -> dict[str, float]:
     """Per-instance mean over the seeds' per-instance means (the instances all seeds share)."""
     shared = set.intersection(*(set(m) for m in maps))
     return {i: sum(m[i] for m in maps) / len(maps) for i in sorted(shared)}
@@ -161,7 +161,7 @@ def _mean_over_seeds(maps: list[dict[str, float]]) -> dict[str, float]:
 def mean_cell(values: dict[str, float]) -> str:
     """``44.5% [41.2%, 47.6%]``: the mean of per-instance values with its bootstrap interval over instances."""
     low, high = bootstrap_interval(list(values.values()))
-    return f"{_pct(statistics.fmean(values.values()))} [{_pct(low)}, {_pct(high)}]"
+    return f"{pct(statistics.fmean(values.values()))} [{pct(low)}, {pct(high)}]"
 
 
 def pooled_row(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -169,8 +169,8 @@ def pooled_row(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     instances (bootstrap interval, sign-flip p, MDE) and the spread of the seeds' own deltas."""
     if len(runs) < 2 or not all("per_instance" in r for r in runs):
         return None
-    before = _mean_over_seeds([r["per_instance"]["before"] for r in runs])
-    after = _mean_over_seeds([r["per_instance"]["after"] for r in runs])
+    before = mean_over_seeds([r["per_instance"]["before"] for r in runs])
+    after = mean_over_seeds([r["per_instance"]["after"] for r in runs])
     paired = paired_summary(before, after)
     deltas = [r["paired"]["delta"] for r in runs]
     sd = statistics.stdev(deltas)
@@ -181,7 +181,7 @@ def pooled_row(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
             "loop": runs[0].get("loop", "proxy"), "weighting": runs[0]["samples"]["weighting"],
             "samples": runs[0]["samples"]["mode"], "RL": _rl_cell(runs[0]), "n": paired["n"],
             "Pass@1 before": mean_cell(before), "Pass@1 after": mean_cell(after),
-            "delta [95% CI]": f"{_delta_cell(paired)}, seed sd {100 * sd:.1f}", "MDE": _mde_cell(paired),
+            "delta [95% CI]": f"{delta_cell(paired)}, seed sd {100 * sd:.1f}", "MDE": mde_cell(paired),
             "sign-flip p": _p(paired["sign_flip_p"]),
             "wall h": f"{sum(r.get('wall_s', 0) for r in runs) / 3600:.2f}", "CPU core-h": f"{total_cpu:.2f}",
             "fingerprint": runs[0]["fingerprint"][:8]}
@@ -260,13 +260,13 @@ def ablation_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         pairs = [(reference[str(r.get("seed"))], r) for r in group if str(r.get("seed")) in reference]
         if not pairs:
             continue
-        base = _mean_over_seeds([a["per_instance"]["after"] for a, _ in pairs])
-        other = _mean_over_seeds([b["per_instance"]["after"] for _, b in pairs])
+        base = mean_over_seeds([a["per_instance"]["after"] for a, _ in pairs])
+        other = mean_over_seeds([b["per_instance"]["after"] for _, b in pairs])
         paired = paired_summary(base, other)
         rows.append({"configuration": " ".join(changed(group[0])),
                      "seeds": ",".join(str(b.get("seed")) for _, b in pairs), "n": paired["n"],
                      "Pass@1 after, default": mean_cell(base), "Pass@1 after, this": mean_cell(other),
-                     "this - default [95% CI]": _delta_cell(paired), "MDE": _mde_cell(paired),
+                     "this - default [95% CI]": delta_cell(paired), "MDE": mde_cell(paired),
                      "sign-flip p": _p(paired["sign_flip_p"])})
     return rows
 

@@ -9,15 +9,12 @@ from typing import Any
 import pandas as pd
 
 from repro.report.before_after import write_named_tables
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
+from repro.report.eval_table import pct
 
 
 def _arm_cell(arm: dict[str, Any]) -> str:
     ci = arm["ci"]
-    return f"{_pct(arm['pass_at_1'])} [{_pct(ci['low'])}, {_pct(ci['high'])}]"
+    return f"{pct(arm['pass_at_1'])} [{pct(ci['low'])}, {pct(ci['high'])}]"
 
 
 def _seconds(q: dict[str, Any]) -> str:

@@ -47,7 +47,8 @@ def select_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**run, "runs": counts[key]} for key, run in chosen.items()]
 
 
-def _pct(value: float | None) -> str:
+def pct(value: float | None) -> str:
+    """A share as a percentage with one decimal ('-' for None)."""
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
@@ -60,7 +61,7 @@ def _n_cell(row: dict[str, Any]) -> str:
 
 def _pass_at_k_cell(row: dict[str, Any]) -> str:
     values = {int(k): v for k, v in row.get("pass_at_k", {}).items() if int(k) > 1}
-    return ", ".join(f"@{k} {_pct(v)}" for k, v in sorted(values.items())) or "-"
+    return ", ".join(f"@{k} {pct(v)}" for k, v in sorted(values.items())) or "-"
 
 
 def csv_frame(rows: list[dict[str, Any]], warning: str) -> pd.DataFrame:
@@ -79,10 +80,10 @@ def csv_frame(rows: list[dict[str, Any]], warning: str) -> pd.DataFrame:
 def markdown_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Formatted cells for the published table."""
     return pd.DataFrame([{
-        "experiment": r["experiment"], "model": r.get("model", ""), "n": _n_cell(r), "Pass@1": _pct(r["pass_at_1"]),
+        "experiment": r["experiment"], "model": r.get("model", ""), "n": _n_cell(r), "Pass@1": pct(r["pass_at_1"]),
         f"{round(100 * r['ci']['confidence'])}% CI ({r['ci']['method']})":
-            f"[{_pct(r['ci']['low'])}, {_pct(r['ci']['high'])}]",
-        "strict Pass@1": _pct(r["strict_pass_at_1"]), "pass@k": _pass_at_k_cell(r),
+            f"[{pct(r['ci']['low'])}, {pct(r['ci']['high'])}]",
+        "strict Pass@1": pct(r["strict_pass_at_1"]), "pass@k": _pass_at_k_cell(r),
         "infra failures": r["counts"]["infra_failures"], "CPU-h": f"{r['cost']['cpu_h_total']:.2f}",
         "GPU-h": f"{r['cost']['gpu_h_total']:.2f}", "harness": r["harness"], "tasks": r["task_distribution"],
         "fingerprint": r["fingerprint"][:_SHORT],

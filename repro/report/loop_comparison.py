@@ -10,20 +10,20 @@ import pandas as pd
 
 from repro.evaluation.paired import paired_summary
 from repro.report.before_after import (
-    _delta_cell,
-    _mde_cell,
-    _mean_over_seeds,
-    _pass_at_k_cell,
-    _pass_cell,
-    _pct,
     calls_summary,
+    delta_cell,
     diagnostics_summary,
+    mde_cell,
     mean_cell,
+    mean_over_seeds,
+    pass_at_k_cell,
+    pass_cell,
     run_name,
     seed_groups,
     write_diagnostics,
     write_named_tables,
 )
+from repro.report.eval_table import pct
 
 ARM_PHASES = ("rl_rollouts", "rl_training", "eval_after")
 
@@ -42,7 +42,7 @@ def _comparison(run: dict[str, Any], arm: str, n: int, before: str, after: str,
                 paired: dict[str, Any], **rest: str) -> dict[str, Any]:
     return {"run": run_name(run["run_dir"]), "seed": rest.pop("seed", run.get("seed", "")), "RL rollouts by": arm,
             "RL": _schedule(run), "n": n, "Pass@1 before": before, "Pass@1 after": after,
-            "delta [95% CI]": _delta_cell(paired), "MDE": _mde_cell(paired),
+            "delta [95% CI]": delta_cell(paired), "MDE": mde_cell(paired),
             "sign-flip p": f"{paired['sign_flip_p']:.3g}", **rest}
 
 
@@ -52,8 +52,8 @@ def arm_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     for kind, arm in run["arms"].items():
         paired, total = arm["paired_vs_before"], arm["compute"].get("total", {})
         weights = arm.get("weights_sha256")
-        rows.append(_comparison(run, kind, paired["n"], _pass_cell(run["before"]), _pass_cell(arm["after"]),
-                                paired, **{"pass@k before -> after": _pass_at_k_cell({"before": run["before"],
+        rows.append(_comparison(run, kind, paired["n"], pass_cell(run["before"]), pass_cell(arm["after"]),
+                                paired, **{"pass@k before -> after": pass_at_k_cell({"before": run["before"],
                                                                                        "after": arm["after"]}),
                                            "calls per rollout after": calls_summary(
                                                arm["after"].get("calls_histogram") or {}),
@@ -72,8 +72,8 @@ def pooled_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return []
     seeds, rows = ",".join(str(r.get("seed", "?")) for r in runs), []
     label = f"pooled ({len(runs)} seeds)"
-    before = _mean_over_seeds([r["per_instance_before"] for r in runs])
-    after = {kind: _mean_over_seeds([r["arms"][kind]["per_instance"] for r in runs]) for kind in runs[0]["arms"]}
+    before = mean_over_seeds([r["per_instance_before"] for r in runs])
+    after = {kind: mean_over_seeds([r["arms"][kind]["per_instance"] for r in runs]) for kind in runs[0]["arms"]}
     for kind, values in after.items():
         paired = paired_summary(before, values)
         sd = statistics.stdev(r["arms"][kind]["paired_vs_before"]["delta"] for r in runs)
@@ -111,9 +111,9 @@ def fidelity_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             f"turn {example['turn']}: harness `{example['harness_excerpt']}` / rebuilt `{example['rebuilt_excerpt']}`"
         rows.append({
             "harness version": version, "rollouts": fid["rollouts"], "turns": fid["turns"],
-            "divergent turns": fid["divergent_turns"], "divergence rate": _pct(fid["divergence_rate"]),
+            "divergent turns": fid["divergent_turns"], "divergence rate": pct(fid["divergence_rate"]),
             "first divergent turn": ", ".join(map(str, fid["first_divergent_turns"])) or "-",
-            "rebuilt drift": _pct(fid["rebuilt_drift_rate"]),
+            "rebuilt drift": pct(fid["rebuilt_drift_rate"]),
             "rebuilt exits": ", ".join(f"{k} {v}" for k, v in sorted(fid["rebuilt_exits"].items())),
             "first difference": excerpt.replace("\n", "\\n").replace("|", "\\|"),
         })

@@ -15,7 +15,7 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from repro.report.eval_table import _pct, table_file_stem
+from repro.report.eval_table import pct, table_file_stem
 
 _SHORT = 8
 
@@ -31,7 +31,7 @@ def newest_cells(runs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
 def cell_text(run: dict[str, Any]) -> str:
     """``44.0% [34.7, 53.8] n=50`` (+ infra failures, incomplete)."""
     ci = run["ci"]
-    text = f"{_pct(run['pass_at_1'])} [{_pct(ci['low']).rstrip('%')}, {_pct(ci['high'])}] n={run['n_tasks']}"
+    text = f"{pct(run['pass_at_1'])} [{pct(ci['low']).rstrip('%')}, {pct(ci['high'])}] n={run['n_tasks']}"
     if run["counts"]["infra_failures"]:
         text += f", {run['counts']['infra_failures']} infra failures"
     return text if run.get("complete", True) else text + " (incomplete)"

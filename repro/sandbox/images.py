@@ -145,7 +145,7 @@ def build_base_image(engine: Any, log: Callable[[str], None] = print) -> str:
         container = engine.containers.create(os_name, command=["sleep", "600"], network_mode="none")
         try:
             container.start()
-            container.put_archive("/tmp", _tar_dir(Path(tmp), "wheels"))
+            container.put_archive("/tmp", tar_dir(Path(tmp), "wheels"))
             code, out = container.exec_run(["bash", "-c", "python3 -m pip install --quiet --no-index --find-links "
                                             f"/tmp/wheels --break-system-packages pytest=={GRADING_PYTEST} "
                                             "&& rm -rf /tmp/wheels /root/.cache"])
@@ -161,7 +161,8 @@ def build_base_image(engine: Any, log: Callable[[str], None] = print) -> str:
     return name
 
 
-def _tar_dir(folder: Path, arcname: str) -> bytes:
+def tar_dir(folder: Path, arcname: str) -> bytes:
+    """``folder`` as an uncompressed tar archive whose root is named ``arcname`` (for ``put_archive``)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         tar.add(folder, arcname=arcname)
@@ -196,7 +197,7 @@ def build_task_image(engine: Any, task: Task, resolver: RepoResolver, base: str,
         root = make_agent_copy(repo, sha, Path(tmp) / "testbed")
         container = engine.containers.create(base, command=["true"], network_mode="none")
         try:
-            container.put_archive("/", _tar_dir(Path(tmp) / "testbed", WORKDIR.strip("/")))
+            container.put_archive("/", tar_dir(Path(tmp) / "testbed", WORKDIR.strip("/")))
             repository, tag = name.rsplit(":", 1)
             container.commit(repository, tag, changes=[f"WORKDIR {WORKDIR}", f"LABEL {LABEL_BASE_COMMIT}={root}"])
         finally:

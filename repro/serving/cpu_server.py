@@ -369,11 +369,11 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m repro.serving.cpu_server`` entry point (same flags as ``repro serve``)."""
     import argparse
 
-    from repro.serving.commands import add_serve_args, server_config_from_args
+    from repro.serving.cpu_server_args import CpuServerArgs
 
     parser = argparse.ArgumentParser(prog="python -m repro.serving.cpu_server", description=__doc__)
-    add_serve_args(parser)
-    run_server(server_config_from_args(parser.parse_args(argv)))
+    CpuServerArgs.add_arguments(parser)
+    run_server(CpuServerArgs.from_args(parser.parse_args(argv)).server_config())
 
 
 if __name__ == "__main__":

@@ -131,7 +131,7 @@ class _Control:
             self.future.set_exception(exc)
 
 
-class _Row:
+class BatchRow:
     """Decoding state of one request inside a batch."""
 
     def __init__(self, req: EngineRequest, tokenizer: Tokenizer, eos_ids: set[int]) -> None:
@@ -313,7 +313,7 @@ class Engine:
                     item.future.cancel()
 
     def _generate_batch(self, batch: list[EngineRequest]) -> None:
-        rows = [_Row(req, self._decoder, self.eos_ids) for req in batch]
+        rows = [BatchRow(req, self._decoder, self.eos_ids) for req in batch]
         width = max(len(r.prompt_ids) for r in batch)
         input_ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)

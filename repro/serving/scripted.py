@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from repro.serving.engine import Engine, EngineConfig, EngineRequest, FinishEvent, _Row
+from repro.serving.engine import BatchRow, Engine, EngineConfig, EngineRequest, FinishEvent
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class ScriptedEngine(Engine):
 
     def _generate_batch(self, batch: list[EngineRequest]) -> None:
         for req in batch:
-            row = _Row(req, self._decoder, self.eos_ids)
+            row = BatchRow(req, self._decoder, self.eos_ids)
             for token_id in self.completion_ids(req.prompt_ids):
                 if req.cancelled.is_set():
                     req.emit(FinishEvent("abort", None, ""))

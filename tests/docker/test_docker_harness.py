@@ -23,7 +23,7 @@ from repro.sandbox.repos import RepoResolver
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from tests.docker_support import docker_engine
-from tests.expert_support import run_expert
+from tests.support import run_expert
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["procedural"], operators=["recipe"],
                                difficulty="locate")
@@ -80,6 +80,7 @@ def _run_containers(engine, pid: int) -> list:
     return engine.containers.list(all=True, filters={"label": f"{LABEL_PID}={pid}"})
 
 
+@pytest.mark.e2e
 def test_a_run_killed_with_sigkill_leaves_nothing_after_the_next_run(tmp_path: Path) -> None:
     engine = docker_engine()
     overrides = ["experiment=eval_bundled", "sandbox=docker", "tasks.n_tasks=8", "tasks.families=[procedural]",

@@ -5,29 +5,27 @@ and the RL rollouts all run with the unchanged mini-SWE-agent acting inside task
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
 
 from repro.sandbox.docker_engine import LABEL_RUN
 from repro.store import open_store
 from tests.docker_support import docker_engine
+from tests.support import repro_cli
+
+pytestmark = pytest.mark.e2e
 
 TINY = ["experiment=mini_repro", "sandbox=docker", "warm_start.n_demo_tasks=6", "train_tasks.n_tasks=9",
         "warm_start.sft.epochs=1", "rl.steps=1", "rl.tasks_per_step=2", "rl.samples_per_task=2", "tasks.n_tasks=2",
         "warm_start.use_cache=false", "eval.k=1", "rl_filter.enabled=false"]
 
 
-def _repro(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "repro.cli", *args], capture_output=True, text=True, timeout=900,
-                          cwd=Path(__file__).parents[2])
-
-
 def test_the_miniature_runs_every_phase_inside_task_containers(tmp_path: Path) -> None:
     engine = docker_engine()
-    built = _repro("images", "build", *TINY)
+    built = repro_cli("images", "build", *TINY)
     assert built.returncode == 0, built.stderr[-2000:]
-    out = _repro("run", *TINY, f"run.output_root={tmp_path}")
+    out = repro_cli("run", *TINY, f"run.output_root={tmp_path}")
     assert out.returncode == 0, out.stderr[-3000:]
     (metrics_path,) = tmp_path.glob("mini_repro/*/metrics.json")
     metrics, run_dir = json.loads(metrics_path.read_text()), metrics_path.parent

@@ -16,7 +16,7 @@ from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from tests.docker_support import docker_engine, p2p_breaking_patch, swesmith_layout_row
-from tests.expert_support import run_expert
+from tests.support import run_expert
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=2, families=["procedural"], operators=["recipe"],
                                difficulty="locate")

@@ -7,10 +7,13 @@ import json
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 from repro.cli import main
 from repro.tasks.loaders import load_tasks
 
 
+@pytest.mark.e2e
 def test_the_job_writes_counts_and_task_files_at_toy_size(tmp_path: Path) -> None:
     main(["run", "experiment=data_pipeline", "tasks.n_tasks=4", "pipeline.val_tasks=1", "pipeline.probe.k=2",
           f"run.output_root={tmp_path}"])

@@ -23,7 +23,7 @@ from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tinymodel.vocab import SUBMIT_SUFFIX, fixed_template_texts, tool_call_pieces
-from tests import expert_support
+from tests import support
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["procedural"], operators=["recipe"],
                                difficulty="one_step")
@@ -45,7 +45,7 @@ def run_expert(root: Path, config: TaskDistributionConfig) -> dict:
     """The expert's rollouts of ``config``'s tasks through the real harness in the local sandbox, and their grades."""
     sandbox = LocalSandbox(LocalSandboxConfig())
     try:
-        return expert_support.run_expert(root, config, HARNESS, sandbox)
+        return support.run_expert(root, config, HARNESS, sandbox)
     finally:
         sandbox.close()
 

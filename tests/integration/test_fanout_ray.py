@@ -16,6 +16,7 @@ from repro.store import open_store
 pytest.importorskip("ray", reason="fanout=ray needs the ray extra (pip install -e '.[ray]')")
 
 
+@pytest.mark.e2e
 def test_an_evaluation_fans_its_samples_out_over_two_hosts(tmp_path: Path) -> None:
     main(["run", "experiment=eval_bundled", "fanout=ray", "fanout.hosts=2", "tasks.n_tasks=4", "eval.k=1",
           f"run.output_root={tmp_path}"])

@@ -10,14 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from repro.report.tables import write_tables
+from tests.support import ROOT, repro_cli
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def repro_run(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "repro.cli", "run", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+pytestmark = pytest.mark.e2e
 
 
 def test_sweep_of_two_versions_by_two_distributions(tmp_path: Path) -> None:
@@ -25,7 +23,7 @@ def test_sweep_of_two_versions_by_two_distributions(tmp_path: Path) -> None:
     build = subprocess.run([sys.executable, "-m", "repro.cli", "build-model", "--out", str(checkpoint),
                             "--vocab-size", "512"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-2000:]
-    proc = repro_run("-m", "experiment=harness_sweep", f"eval.checkpoint={checkpoint}",
+    proc = repro_cli("run", "-m", "experiment=harness_sweep", f"eval.checkpoint={checkpoint}",
                      "harness=mini_swe_agent,mini_swe_agent_v1",
                      "tasks.difficulty=one_step_brief,one_step", "tasks.n_tasks=2", "eval.k=1",
                      "eval.max_tokens=24", f"run.output_root={out}")
@@ -48,13 +46,13 @@ def test_sweep_of_two_versions_by_two_distributions(tmp_path: Path) -> None:
 
 def test_a_version_that_does_not_exist_fails_its_cell_and_names_it(tmp_path: Path) -> None:
     out = tmp_path / "outputs"
-    proc = repro_run("-m", "experiment=harness_sweep", "model=tiny", "harness.version=2.4.99,2.4.6",
+    proc = repro_cli("run", "-m", "experiment=harness_sweep", "model=tiny", "harness.version=2.4.99,2.4.6",
                      "tasks.n_tasks=1", "eval.k=1", "eval.max_tokens=16", f"run.output_root={out}")
     assert proc.returncode != 0
     assert "mini-swe-agent 2.4.99 does not exist" in proc.stdout + proc.stderr
     assert "1 of 2 sweep jobs failed" in proc.stderr
     assert len(list(out.glob("harness_sweep/*/*/metrics.json"))) == 1  # the good cell still ran
-    single = repro_run("experiment=eval_bundled", "harness=mini_swe_agent_v1", "harness.version=3.0.0",
+    single = repro_cli("run", "experiment=eval_bundled", "harness=mini_swe_agent_v1", "harness.version=3.0.0",
                        f"run.output_root={out}", timeout=120)
     assert single.returncode != 0
     assert "error: the harness registry refuses mini-swe-agent 3.0.0" in single.stderr

@@ -7,17 +7,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_mini_repro import SMALL, _repro
+import pytest
 
 from repro.files import weights_sha256
 from repro.store import open_store
+from tests.support import SMALL, repro_cli
+
+pytestmark = pytest.mark.e2e
 
 FIDELITY = ["fidelity.max_rollouts=6", "fidelity.other_tasks=2"]
 
 
 def test_loop_comparison_runs_both_arms_and_the_fidelity_replays(tmp_path: Path) -> None:
     root = Path(__file__).parents[2]
-    out = _repro("run", "experiment=loop_comparison", f"run.output_root={tmp_path}", *SMALL, *FIDELITY, cwd=root)
+    out = repro_cli("run", "experiment=loop_comparison", f"run.output_root={tmp_path}", *SMALL, *FIDELITY, cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
     (metrics_path,) = tmp_path.glob("loop_comparison/*/metrics.json")
     metrics, run_dir = json.loads(metrics_path.read_text()), metrics_path.parent
@@ -43,7 +46,7 @@ def test_loop_comparison_runs_both_arms_and_the_fidelity_replays(tmp_path: Path)
     same, other = metrics["fidelity"]["2.4.6"], metrics["fidelity"]["1.17.5"]
     assert same["rollouts"] >= 1 and same["turns"] >= same["rollouts"]
     assert other["rollouts"] == 2 and other["first_divergent_turns"] == [0]  # text mode, no tools: differs at once
-    table = _repro("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
+    table = repro_cli("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
     assert table.returncode == 0, table.stderr[-2000:]
     text = (tmp_path / "results" / "loop_comparison.md").read_text()
     assert "rebuilt - proxy" in text and "1.17.5" in text and metrics["fingerprint"][:8] in text

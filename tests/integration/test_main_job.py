@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
+
 from repro.store import open_store
+from tests.support import repro_cli
 
 
-def _repro(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "repro.cli", *args], capture_output=True, text=True, timeout=600,
-                          cwd=cwd)
-
-
+@pytest.mark.e2e
 def test_frozen_eval_run_evaluates_and_prints_the_table(tmp_path: Path) -> None:
     root = Path(__file__).parents[2]
-    out = _repro("run", "experiment=eval_bundled", f"run.output_root={tmp_path}", "tasks.n_tasks=2",
-                 "harness.step_limit=2", cwd=root)
+    out = repro_cli("run", "experiment=eval_bundled", f"run.output_root={tmp_path}", "tasks.n_tasks=2",
+                    "harness.step_limit=2", cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
     (metrics_path,) = tmp_path.glob("eval_bundled/*/metrics.json")
     metrics = json.loads(metrics_path.read_text())
@@ -26,16 +23,17 @@ def test_frozen_eval_run_evaluates_and_prints_the_table(tmp_path: Path) -> None:
     assert "| eval_bundled" in out.stdout and metrics["fingerprint"][:8] in out.stdout
     run_dir = metrics_path.parent
     assert len(json.loads((run_dir / "preds.json").read_text())) == 2
-    shown = _repro("inspect", str(run_dir), cwd=tmp_path)
+    shown = repro_cli("inspect", str(run_dir), cwd=tmp_path)
     assert shown.returncode == 0 and "2 samples" in shown.stdout
-    table = _repro("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
+    table = repro_cli("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
     assert table.returncode == 0, table.stderr[-2000:]
     assert metrics["fingerprint"][:8] in (tmp_path / "results" / "eval_bundled.md").read_text()
 
 
+@pytest.mark.e2e
 def test_smoke_run_records_every_harness_call(tmp_path: Path) -> None:
-    out = _repro("run", "experiment=smoke", f"run.output_root={tmp_path}", "harness.step_limit=2",
-                 cwd=Path(__file__).parents[2])
+    out = repro_cli("run", "experiment=smoke", f"run.output_root={tmp_path}", "harness.step_limit=2",
+                    cwd=Path(__file__).parents[2])
     assert out.returncode == 0, out.stderr[-3000:]
     (metrics_path,) = tmp_path.glob("smoke/*/metrics.json")
     metrics = json.loads(metrics_path.read_text())
@@ -49,9 +47,9 @@ def test_smoke_run_records_every_harness_call(tmp_path: Path) -> None:
     (rollout,) = store.list_rollouts(run_dir.name)  # the rollout belongs to this run's row
     assert rollout.harness == "mini-swe-agent" and rollout.status == "finished"
     assert store.conn.execute("SELECT count(*) FROM runs WHERE run_id=?", (run_dir.name,)).fetchone()[0] == 1
-    shown = _repro("inspect", str(run_dir), cwd=tmp_path)
+    shown = repro_cli("inspect", str(run_dir), cwd=tmp_path)
     assert shown.returncode == 0 and "smoke-0" in shown.stdout and "finished" in shown.stdout
-    missing = _repro("inspect", str(tmp_path / "nope"), cwd=tmp_path)
+    missing = repro_cli("inspect", str(tmp_path / "nope"), cwd=tmp_path)
     assert missing.returncode != 0 and "no trace store" in missing.stderr
 
 
@@ -68,7 +66,7 @@ def test_bad_inputs_fail_with_a_message_naming_the_fix(tmp_path: Path) -> None:
     bad.write_text('{"instance_id": "a", "repo": "o/r", "base_commit": "abc", "problem_statement": "x"}\n{oops\n')
     cases.append(([*ev, "tasks=file", f"tasks.source={bad}"], "bad.jsonl:2"))
     for args, fragment in cases:
-        out = _repro(*args, cwd=root)
+        out = repro_cli(*args, cwd=root)
         assert out.returncode != 0, args
         assert fragment in out.stderr + out.stdout, (args, out.stderr[-1500:])
         assert "Traceback" not in out.stderr, args

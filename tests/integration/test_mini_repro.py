@@ -5,29 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from repro.files import weights_sha256
 from repro.store import open_store
+from tests.support import SMALL, repro_cli
 
-SMALL = ["warm_start.n_demo_tasks=24", "train_tasks.n_tasks=30", "warm_start.sft.epochs=1", "rl.steps=2",
-         "rl.tasks_per_step=2", "rl.samples_per_task=3", "tasks.n_tasks=4", "warm_start.use_cache=false", "eval.k=2",
-         "rl_filter.enabled=false"]  # a 1-epoch warm start fails every probe: the filter would keep no task
-
-
-def _repro(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "repro.cli", *args], capture_output=True, text=True, timeout=900,
-                          cwd=cwd, env=env)
+pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.parametrize(("experiment", "demo_calls"), [("mini_repro", {1, 3, 4}), ("mini_repro_one_call", {1})])
 def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path, experiment: str, demo_calls: set[int]) -> None:
     root = Path(__file__).parents[2]
-    out = _repro("run", f"experiment={experiment}", f"run.output_root={tmp_path}", *SMALL, cwd=root)
+    out = repro_cli("run", f"experiment={experiment}", f"run.output_root={tmp_path}", *SMALL, cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
     (metrics_path,) = tmp_path.glob(f"{experiment}/*/metrics.json")
     metrics, run_dir = json.loads(metrics_path.read_text()), metrics_path.parent
@@ -74,7 +66,7 @@ def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path, experimen
     assert "rl step 2/2: reward" in out.stdout and "phase eval_after" in out.stdout
     assert "done, " in out.stdout and " resolved" in out.stdout
     assert metrics["fingerprint"][:8] in out.stdout
-    table = _repro("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
+    table = repro_cli("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
     assert table.returncode == 0, table.stderr[-2000:]
     assert metrics["fingerprint"][:8] in (tmp_path / "results" / f"{experiment}.md").read_text()
 
@@ -82,8 +74,8 @@ def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path, experimen
 @pytest.mark.slow  # ~2 min: Hydra's multirun path runs in test_harness_sweep, the pooled row in test_sweep_table
 def test_seeds_multirun_prints_a_row_per_seed_and_a_pooled_row(tmp_path: Path) -> None:
     tiny = [*SMALL, "rl.steps=1", "warm_start.use_cache=true"]
-    out = _repro("run", "-m", "experiment=mini_repro", f"run.output_root={tmp_path}", "seed=0,1", *tiny, cwd=Path(
-        __file__).parents[2], env={**os.environ, "REPRO_CACHE_DIR": str(tmp_path / "cache")})
+    out = repro_cli("run", "-m", "experiment=mini_repro", f"run.output_root={tmp_path}", "seed=0,1", *tiny,
+                    env={**os.environ, "REPRO_CACHE_DIR": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-3000:]
     runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("mini_repro/*/*/metrics.json"))]
     assert [r["seed"] for r in runs] == [0, 1]

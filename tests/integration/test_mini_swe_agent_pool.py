@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,82 +25,13 @@ from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
 from repro.net import free_port
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.tasks.schema import Task
+from repro.testing import StubChatServer, tool_call_reply
 
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-Command = Callable[[str], str]  # rollout id -> the bash command the stub asks for
 
 
 def write_own_id(rollout_id: str) -> str:
     return f"echo {rollout_id} > out.txt && {SUBMIT}"
-
-
-class ScriptedStub:
-    """Threaded OpenAI-compatible stub: records (path, time) per request, counts requests open at once."""
-
-    def __init__(self, command: Command, delay_s: Callable[[str], float] = lambda rollout_id: 0.0) -> None:
-        self.paths: list[str] = []
-        self.max_open = 0
-        self._open = 0
-        self._lock = threading.Lock()
-        self._command, self._delay_s = command, delay_s
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-
-    def url(self, rollout_id: str) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/rollouts/{rollout_id}/v1"
-
-    def requests_for(self, rollout_id: str) -> list[str]:
-        return [p for p in self.paths if p.startswith(f"/rollouts/{rollout_id}/")]
-
-    def __enter__(self) -> ScriptedStub:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def reply(self, path: str) -> dict[str, Any]:
-        with self._lock:
-            self.paths.append(path)
-            self._open += 1
-            self.max_open = max(self.max_open, self._open)
-        match = re.fullmatch(r"/rollouts/([^/]+)/v1/chat/completions", path)
-        time.sleep(self._delay_s(match[1]))
-        with self._lock:
-            self._open -= 1
-        call = {
-            "id": "call_1",
-            "type": "function",
-            "function": {"name": "bash", "arguments": json.dumps({"command": self._command(match[1])})},
-        }
-        message = {"role": "assistant", "content": "Running it.", "tool_calls": [call]}
-        return {
-            "id": "chatcmpl-stub",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": "stub",
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        }
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                data = json.dumps(stub.reply(self.path)).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        return Handler
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +79,7 @@ def worker_processes() -> list[psutil.Process]:
 
 def test_rollouts_run_concurrently_in_one_worker(harness: MiniSweAgentHarness, tmp_path: Path) -> None:
     ids = [f"c{i}" for i in range(6)]
-    with ScriptedStub(write_own_id, delay_s=lambda rollout_id: 1.0) as stub:
+    with StubChatServer(tool_call_reply(write_own_id), delay_s=lambda rollout_id: 1.0) as stub:
         started = time.monotonic()
         results = harness.run(make_rollouts(tmp_path, stub.url, ids), concurrency=6)
         elapsed = time.monotonic() - started
@@ -175,7 +104,7 @@ def test_rollouts_run_concurrently_in_one_worker(harness: MiniSweAgentHarness, t
 
 def test_worker_builds_the_agent_the_cli_builds(harness: MiniSweAgentHarness, tmp_path: Path) -> None:
     """Same config files and options -> same resolved agent/model/environment config and same messages."""
-    with ScriptedStub(write_own_id) as stub:
+    with StubChatServer(tool_call_reply(write_own_id)) as stub:
         (pooled,) = harness.run(make_rollouts(tmp_path / "pool", stub.url, ["same"]), concurrency=1)
         cli_work = tmp_path / "cli" / "same" / "work"  # same layout as make_rollouts, under another root
         cli_work.mkdir(parents=True)
@@ -203,7 +132,7 @@ def _comparable(trajectory: Path, root: Path) -> dict[str, Any]:
 
 def test_dead_endpoint_crashes_only_its_rollout(harness: MiniSweAgentHarness, tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    with ScriptedStub(write_own_id) as stub:
+    with StubChatServer(tool_call_reply(write_own_id)) as stub:
 
         def url(rollout_id: str) -> str:
             return f"{dead}/rollouts/{rollout_id}/v1" if rollout_id == "down" else stub.url(rollout_id)
@@ -225,7 +154,7 @@ def test_overrun_is_a_timeout_and_the_agent_stops(harness: MiniSweAgentHarness, 
     def command(rollout_id: str) -> str:
         return "echo $$ > pid.txt && sleep 60" if rollout_id == "slow" else write_own_id(rollout_id)
 
-    with ScriptedStub(command) as stub:
+    with StubChatServer(tool_call_reply(command)) as stub:
         pids = harness.worker_pids()
         slow, quick = harness.run(make_rollouts(tmp_path, stub.url, ["slow", "quick"], timeout_s=3), concurrency=2)
         assert slow.status == "timeout", slow
@@ -244,7 +173,7 @@ def test_killed_worker_crashes_its_rollouts_and_is_restarted(harness: MiniSweAge
     def command(rollout_id: str) -> str:
         return "echo $$ > pid.txt && sleep 60" if rollout_id.startswith("k") else write_own_id(rollout_id)
 
-    with ScriptedStub(command) as stub:
+    with StubChatServer(tool_call_reply(command)) as stub:
         (old_pid,) = harness.worker_pids()
         starts = harness.n_worker_starts
         outcome: list[list[HarnessResult]] = []
@@ -267,7 +196,7 @@ def test_killed_worker_crashes_its_rollouts_and_is_restarted(harness: MiniSweAge
 
 
 def test_silent_worker_is_killed_after_the_grace(strict_harness: MiniSweAgentHarness, tmp_path: Path) -> None:
-    with ScriptedStub(lambda rollout_id: "echo $$ > pid.txt && sleep 60") as stub:
+    with StubChatServer(tool_call_reply(lambda rollout_id: "echo $$ > pid.txt && sleep 60")) as stub:
         (old_pid,) = strict_harness.worker_pids()
         outcome: list[list[HarnessResult]] = []
         rollouts = make_rollouts(tmp_path, stub.url, ["frozen"], timeout_s=2)
@@ -284,7 +213,8 @@ def test_silent_worker_is_killed_after_the_grace(strict_harness: MiniSweAgentHar
 
 def test_worker_with_stuck_threads_is_replaced_when_idle(strict_harness: MiniSweAgentHarness, tmp_path: Path) -> None:
     """A thread stuck in a model request outlives its timeout report; max_abandoned=0 retires that worker."""
-    with ScriptedStub(write_own_id, delay_s=lambda rollout_id: 30.0 if rollout_id == "stuck" else 0.0) as stub:
+    stuck_delay = lambda rollout_id: 30.0 if rollout_id == "stuck" else 0.0  # noqa: E731
+    with StubChatServer(tool_call_reply(write_own_id), delay_s=stuck_delay) as stub:
         (stuck,) = strict_harness.run(make_rollouts(tmp_path, stub.url, ["stuck"], timeout_s=2), 1)
         pids, starts = strict_harness.worker_pids(), strict_harness.n_worker_starts
         (after,) = strict_harness.run(make_rollouts(tmp_path, stub.url, ["after"]), 1)

@@ -6,12 +6,8 @@ Development check only: the stub is not the project's proxy. First run builds th
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -22,80 +18,9 @@ from harness_adapters.mini_swe_agent import (
     ensure_mini_swe_agent_env,
     run_mini_swe_agent,
 )
+from repro.testing import StubChatServer, text_reply, tool_call_reply
 
 SUBMIT = "echo hi > out.txt && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-Reply = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
-
-
-class StubServer:
-    """Threaded HTTP stub that records every request and answers with ``reply(body)``."""
-
-    def __init__(self, reply: Reply) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self._reply = reply
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self._server.server_address[1]
-
-    def url(self, rollout_id: str) -> str:
-        return f"http://127.0.0.1:{self.port}/rollouts/{rollout_id}/v1"
-
-    def __enter__(self) -> StubServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
-                stub.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-                code, payload = stub._reply(body)
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        return Handler
-
-
-def completion(message: dict[str, Any], finish_reason: str) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-stub",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": "stub",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-    }
-
-
-def tool_call_reply(command: str) -> Reply:
-    call = {
-        "id": "call_1",
-        "type": "function",
-        "function": {"name": "bash", "arguments": json.dumps({"command": command})},
-    }
-    message = {"role": "assistant", "content": "Running it.", "tool_calls": [call]}
-    return lambda body: (200, completion(message, "tool_calls"))
-
-
-def text_reply(content: str) -> Reply:
-    return lambda body: (200, completion({"role": "assistant", "content": content}, "stop"))
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +35,7 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     yield path
 
 
-def run(stub: StubServer, env: HarnessEnv, workdir: Path, out: Path, cfg: MiniSweAgentConfig, timeout_s=60.0):
+def run(stub: StubChatServer, env: HarnessEnv, workdir: Path, out: Path, cfg: MiniSweAgentConfig, timeout_s=60.0):
     return run_mini_swe_agent(
         task="Write hi into out.txt.",
         workdir=workdir,
@@ -124,7 +49,7 @@ def run(stub: StubServer, env: HarnessEnv, workdir: Path, out: Path, cfg: MiniSw
 
 
 def test_tool_call_submits_and_writes_in_workdir(harness_env: HarnessEnv, workdir: Path, tmp_path: Path) -> None:
-    with StubServer(tool_call_reply(SUBMIT)) as stub:
+    with StubChatServer(tool_call_reply(SUBMIT)) as stub:
         result = run(stub, harness_env, workdir, tmp_path / "out", MiniSweAgentConfig(temperature=0.5))
     assert result.status == "finished", result
     assert result.reason == "Submitted"
@@ -148,7 +73,7 @@ def test_tool_call_submits_and_writes_in_workdir(harness_env: HarnessEnv, workdi
 
 def test_plain_text_reply_ends_without_crash(harness_env: HarnessEnv, workdir: Path, tmp_path: Path) -> None:
     cfg = MiniSweAgentConfig(step_limit=5)
-    with StubServer(text_reply("I am not going to call a tool.")) as stub:
+    with StubChatServer(text_reply("I am not going to call a tool.")) as stub:
         result = run(stub, harness_env, workdir, tmp_path / "out", cfg)
     assert result.status == "finished", result
     assert result.reason in ("RepeatedFormatError", "LimitsExceeded")
@@ -158,7 +83,7 @@ def test_plain_text_reply_ends_without_crash(harness_env: HarnessEnv, workdir: P
 
 def test_text_mode_parses_fenced_command(harness_env: HarnessEnv, workdir: Path, tmp_path: Path) -> None:
     reply = text_reply(f"THOUGHT: done.\n\n```mswea_bash_command\n{SUBMIT}\n```")
-    with StubServer(reply) as stub:
+    with StubChatServer(reply) as stub:
         result = run(stub, harness_env, workdir, tmp_path / "out", MiniSweAgentConfig(mode="text"))
     assert result.status == "finished", result
     assert result.reason == "Submitted"
@@ -167,7 +92,7 @@ def test_text_mode_parses_fenced_command(harness_env: HarnessEnv, workdir: Path,
 
 
 def test_server_error_fails_fast_with_one_request(harness_env: HarnessEnv, workdir: Path, tmp_path: Path) -> None:
-    with StubServer(lambda body: (500, {"error": {"message": "boom"}})) as stub:
+    with StubChatServer(lambda rollout_id, body: (500, {"error": {"message": "boom"}})) as stub:
         result = run(stub, harness_env, workdir, tmp_path / "out", MiniSweAgentConfig())
     assert result.status == "crashed"
     assert result.exit_code == 1
@@ -177,7 +102,7 @@ def test_server_error_fails_fast_with_one_request(harness_env: HarnessEnv, workd
 
 def test_timeout_kills_harness_and_agent_command(harness_env: HarnessEnv, workdir: Path, tmp_path: Path) -> None:
     cfg = MiniSweAgentConfig(command_timeout_s=120)
-    with StubServer(tool_call_reply("echo $$ > pid.txt && sleep 120")) as stub:
+    with StubChatServer(tool_call_reply("echo $$ > pid.txt && sleep 120")) as stub:
         result = run(stub, harness_env, workdir, tmp_path / "out", cfg, timeout_s=10)
     assert result.status == "timeout"
     assert result.exit_code is None

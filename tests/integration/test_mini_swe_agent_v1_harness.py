@@ -11,12 +11,8 @@ First use builds the 1.17.5 env (~1 min).
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -32,6 +28,7 @@ from repro.sandbox.local import LocalSandboxConfig
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.schema import Task
+from repro.testing import StubChatServer, text_reply
 from repro.tinymodel.model import TinyModelConfig
 
 V1 = MiniSweAgentConfig(version="1.17.5", mode="text", step_limit=2, max_tokens=32)
@@ -73,52 +70,6 @@ def test_bundled_tasks_through_the_proxy_are_fully_recorded(v1_env, tmp_path: Pa
         assert calls[0].request["messages"][0] == {"role": "system", "content": system.removesuffix("\n")}
 
 
-class TextStub:
-    """OpenAI-compatible stub: each rollout's ``/rollouts/<id>/v1`` gets the reply text chosen for it."""
-
-    def __init__(self, reply: Callable[[str], str]) -> None:
-        self.paths: list[str] = []
-        self._reply = reply
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-
-    def url(self, rollout_id: str) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/rollouts/{rollout_id}/v1"
-
-    def __enter__(self) -> TextStub:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def answer(self, path: str) -> dict[str, Any]:
-        self.paths.append(path)
-        message = {"role": "assistant", "content": self._reply(path.split("/")[2])}
-        return {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()), "model": "stub",
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                data = json.dumps(stub.answer(self.path)).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        return Handler
-
-
 @pytest.fixture
 def harness(v1_env, tmp_path: Path) -> Iterator[MiniSweAgentV1Harness]:
     with MiniSweAgentV1Harness(V1, env=v1_env, state_dir=tmp_path / "state") as h:
@@ -129,7 +80,7 @@ def test_submit_limit_and_dead_endpoint(harness: MiniSweAgentV1Harness, tmp_path
     replies = {"submit": f"Writing it.\n\n```bash\necho $PWD > out.txt && {SUBMIT}\n```",
                "chatty": "I will think about it, no command yet."}
     dead = f"http://127.0.0.1:{free_port()}/rollouts/down/v1"
-    with TextStub(lambda rollout_id: replies[rollout_id]) as stub:
+    with StubChatServer(text_reply(replies.__getitem__)) as stub:
         rollouts = []
         for rollout_id in ("submit", "chatty", "down"):
             workdir = tmp_path / rollout_id / "work"

@@ -62,8 +62,8 @@ def evaluation(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     try:
         with get_harness("opencode", HARNESS) as harness, \
                 running_stack(model_dir, CpuServingConfig(), ProxyConfig(), root,
-                              server_args=("--scenarios", str(root / "scenarios.json"),
-                                           "--max-model-len", "65536")) as stack:
+                              server_overrides={"scenarios": root / "scenarios.json",
+                                                "max_model_len": 65536}) as stack:
             spec = build_spec(harness.identity(), "bundled", tasks, harness.cfg, LocalSandboxConfig(), ev, 0,
                               stack.served_model_name)
             assert spec.harness.settings["settings"]["model_name"] == stack.served_model_name == "tiny"

@@ -67,7 +67,7 @@ def test_bundled_tasks_through_evaluate_job(oh_env, tmp_path: Path, monkeypatch:
     tasks_file.write_text("".join(json.dumps(t.to_row()) + "\n" for t in tasks))
     stack = evaluate_module.running_stack
     monkeypatch.setattr(evaluate_module, "running_stack", lambda *a, **kw: stack(
-        *a, **kw, server_args=("--scenarios", str(scenarios))))
+        *a, **kw, server_overrides={"scenarios": scenarios}))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     metrics = evaluate_job(
@@ -126,7 +126,7 @@ def scripted(oh_env, tmp_path_factory: pytest.TempPathFactory) -> dict:
     model_dir = build_tiny_model(root / "model", MODEL, [])
     dead = f"http://127.0.0.1:{free_port()}/rollouts/down/v1"
     with running_stack(model_dir, CpuServingConfig(default_max_tokens=256), ProxyConfig(), root,
-                       server_args=("--scenarios", str(root / "scenarios.json"))) as stack:
+                       server_overrides={"scenarios": root / "scenarios.json"}) as stack:
         rollouts = []
         for name in names:
             httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": name, "task_id": name, "mode": "train"}

@@ -43,7 +43,7 @@ def test_probes_classify_the_tasks_and_are_cached(tmp_path: Path, monkeypatch: p
     box = LocalSandbox(LocalSandboxConfig())
     try:
         with running_stack(model_dir, CpuServingConfig(), ProxyConfig(), tmp_path, expert_tasks=tasks_jsonl,
-                           server_args=("--expert-slip-rate", str(SLIP))) as stack, \
+                           server_overrides={"expert_slip_rate": SLIP}) as stack, \
                 MiniSweAgentHarness(HARNESS, workers=1) as agent:
             kept, summary = filter_rl_tasks(tmp_path, tasks, cfg, sampling, model_dir, stack, agent, box)
             again, cached = filter_rl_tasks(tmp_path / "again", tasks, cfg, sampling, model_dir, stack, agent, box)

@@ -16,7 +16,7 @@ from repro.proxy import ProxyConfig
 from repro.proxy.server import start_proxy_process
 from repro.store import open_store
 from repro.testing import fake_completion_text
-from tests.conftest import RunningProxy
+from tests.support import RunningProxy
 
 ROLLOUTS, CALLS = 32, 10
 

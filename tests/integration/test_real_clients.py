@@ -14,7 +14,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig, ensure_mini_swe_agent_env, run_mini_swe_agent
-from tests.conftest import RunningProxy, start_proxy
+from tests.support import RunningProxy, start_proxy
 
 BASH_TOOL = {"type": "function", "function": {
     "name": "bash", "description": "Execute a bash command",

@@ -65,7 +65,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     sandbox = LocalSandbox(LocalSandboxConfig())
     try:
         with running_stack(model_dir, CpuServingConfig(), ProxyConfig(), root,
-                           server_args=("--scenarios", str(root / "scenarios.json"))) as stack:
+                           server_overrides={"scenarios": root / "scenarios.json"}) as stack:
             with MiniSweAgentHarness(HARNESS, workers=1) as harness:
                 real = harness.run([_rollout(stack, sandbox, t, f"real-{n}", root, "proxy")
                                     for n, t in tasks.items()], concurrency=len(tasks))

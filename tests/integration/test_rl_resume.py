@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_mini_repro import SMALL
+from tests.support import SMALL
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def test_a_killed_rl_run_resumes_after_its_last_finished_step(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from repro.cli import main
 from repro.report.before_after import run_markdown
 
 
+@pytest.mark.e2e
 def test_rl_run_evaluates_trains_off_by_one_with_a_shaped_reward_and_validates(tmp_path: Path) -> None:
     main(["run", "experiment=rl_run", "rl.steps=3", "rl.mode=one_step_off", "trainer.on_policy_log_ratio_max=0",
           "validation.every_steps=2", "rl.reward.prompt_penalty=0.5", "rl.reward.prompt_penalty_from=50",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import itertools
 import json
 from collections.abc import Iterator
@@ -16,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
-from repro.serving.commands import add_build_model_parser, add_serve_parser, server_config_from_args
+from repro.serving.commands import add_build_model_parser, add_serve_parser
 from repro.serving.cpu_server import CPUServerApp
+from repro.serving.cpu_server_args import CpuServerArgs
 from repro.serving.engine import Engine, EngineConfig, FinishEvent, SamplingParams, TokenEvent
 from repro.serving.openai_api import ChoiceOutput, build_chat_choice, parse_common
 from repro.serving.sampling import TextTracker
@@ -351,15 +353,43 @@ def test_serve_flags_build_the_server_config(tmp_path: Path) -> None:
     add_serve_parser(sub)
     add_build_model_parser(sub)
     args = parser.parse_args(["serve", "--model", str(tmp_path), "--port", "9001", "--max-batch-size", "3"])
-    config = server_config_from_args(args)
+    config = CpuServerArgs.from_args(args).server_config()
     assert (config.host, config.port, config.engine.max_batch_size, config.engine.model_dir) == (
         "127.0.0.1",
         9001,
         3,
         tmp_path,
     )
-    args = parser.parse_args(["build-model", "--out", str(tmp_path), "--seed", "2", "--corpus", "a.txt", "b.txt"])
-    assert args.seed == 2 and args.corpus == [Path("a.txt"), Path("b.txt")]
+
+
+def parse_server_flags(argv: list[str]) -> CpuServerArgs:
+    parser = argparse.ArgumentParser()
+    CpuServerArgs.add_arguments(parser)
+    return CpuServerArgs.from_args(parser.parse_args(argv))
+
+
+def test_server_args_round_trip_through_their_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REPRO_SERVER_API_KEY", raising=False)
+    changed = CpuServerArgs(model=tmp_path, host="0.0.0.0", port=9002, served_model_name="m", max_batch_size=3,
+                            batch_window_ms=2.5, torch_threads=2, default_max_tokens=64, max_model_len=4096,
+                            max_logprobs=5, log_level="info", expert_tasks=tmp_path / "t.jsonl", expert_slip_rate=0.4,
+                            expert_slip_seed=7, expert_slip_operators=("flip", "off_by_one"),
+                            scenarios=tmp_path / "s.json")
+    defaults = [f.name for f in dataclasses.fields(CpuServerArgs) if getattr(changed, f.name) == f.default]
+    assert defaults == ["api_key"]  # every other field differs from its default, so each flag is exercised
+    assert parse_server_flags(changed.to_argv()) == changed
+    assert CpuServerArgs(model=tmp_path).to_argv() == ["--model", str(tmp_path)]
+    assert parse_server_flags(["--model", str(tmp_path)]) == CpuServerArgs(model=tmp_path)
+
+
+def test_the_api_key_goes_through_the_environment_not_the_argv(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    keyed = CpuServerArgs(model=tmp_path, api_key="sk-secret")
+    assert "sk-secret" not in keyed.to_argv() and "sk-secret" not in repr(keyed)
+    assert keyed.env() == {"REPRO_SERVER_API_KEY": "sk-secret"}
+    monkeypatch.setenv("REPRO_SERVER_API_KEY", "sk-secret")
+    assert parse_server_flags(keyed.to_argv()) == keyed
+    assert keyed.server_config().api_key == "sk-secret"
 
 
 def test_engine_rejects_prompt_over_context(engine: Engine) -> None:

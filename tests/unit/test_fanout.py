@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from repro.fanout import FanoutConfig, SampleJob, execute_samples
-from repro.protocols import GradeResult, HarnessResult
+from repro.protocols import GradeResult
 from repro.sandbox.repos import RepoError
 from repro.tasks.schema import Task
+from repro.testing import FakeHarness
 
 
 class FakeWorkspace:
@@ -36,11 +37,6 @@ class FakeBox:
 
     def grade(self, task: Task, workspace: FakeWorkspace) -> GradeResult:
         return GradeResult("resolved" if task.instance_id.startswith("good") else "unresolved", workspace.name)
-
-
-class FakeHarness:
-    def run(self, rollouts: list, concurrency: int) -> list[HarnessResult]:
-        return [HarnessResult(r.rollout_id, "finished") for r in reversed(rollouts)][::-1]
 
 
 def job(instance_id: str, rollout_id: str, grade: bool = True) -> SampleJob:

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sandbox_workspace import commit_all, make_sandbox
 
 from harness_adapters.envs import ensure_harness_env
 from repro.sandbox.pytest_runner import parse_statuses
 from repro.sandbox.repos import git
 from repro.tasks.schema import Task
+from tests.support import commit_all, make_sandbox
 
 pytestmark = pytest.mark.timeout(300)
 

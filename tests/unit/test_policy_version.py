@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 
 from repro.jobs.stack import Stack
-from tests.conftest import RunningProxy
+from tests.support import RunningProxy
 
 
 def _call(base: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from repro.seeding import call_seed
 from repro.testing import fake_completion_text, fake_prompt_ids
-from tests.conftest import RunningProxy, start_proxy
+from tests.support import RunningProxy, start_proxy
 
 _BASH_PARAMS = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command", "parameters": _BASH_PARAMS}}]

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from repro.testing import UPSTREAM_FAULTS
-from tests.conftest import RunningProxy, start_proxy
+from tests.support import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.timeout(120)
 _MESSAGES = [{"role": "user", "content": "x"}]

@@ -15,7 +15,8 @@ from repro.net import free_port
 from repro.proxy.config import UPSTREAM_API_KEY_ENV
 from repro.secrets import is_secret_key, without_secrets
 from repro.serving.commands import start_cpu_server_process, stop_process
-from tests.conftest import RunningProxy, start_proxy
+from repro.serving.cpu_server_args import CpuServerArgs
+from tests.support import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -80,9 +81,8 @@ def keyed_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     key = f"sk-server-{uuid.uuid4().hex}"
     port = free_port()
     log_path = tmp_path_factory.mktemp("keyed") / "server.log"
-    proc = start_cpu_server_process(tiny_model_dir, port, served_model_name="tiny", max_batch_size=2,
-                                    extra_args=("--api-key", key),
-                                    log_path=log_path, timeout_s=120)
+    args = CpuServerArgs(tiny_model_dir, port=port, served_model_name="tiny", max_batch_size=2, api_key=key)
+    proc = start_cpu_server_process(args, log_path=log_path)
     try:
         yield f"http://127.0.0.1:{port}", key, log_path
     finally:

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_samples_rows import rollout_calls
 
 from repro.cli import main
 from repro.report.inspect import inspect_path
 from repro.samples import SampleConfig, build_rows, build_sample_set, group_advantages
 from repro.store import CallRecord, GroupCommitWriter, RolloutRecord, TraceStoreConfig, open_store
+from tests.support import rollout_calls
 
 EPS = 1e-4
 Pairs = list[tuple[RolloutRecord, list[CallRecord]]]

@@ -1,13 +1,12 @@
 """Calls -> fragments: merging keeps every sampled token once and in order, and the mask marks exactly them.
 
-The strategies here (random fragmentation, call statuses, missing logprobs) are shared by the weights and
-build tests.
+The strategies (random fragmentation, call statuses, missing logprobs) are in ``tests/support.py``, shared with the
+weights and build tests.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given
@@ -15,51 +14,7 @@ from hypothesis import strategies as st
 
 from repro.samples import SampleConfig, fragments
 from repro.store import CallRecord
-
-SAMPLED = 100_000  # ids of sampled tokens: unique per rollout, never in a prompt suffix
-BREAK = 50_000  # first token of a prompt that does not extend: BREAK + seq, unique per rollout
-
-
-@dataclass
-class Drawn:
-    """A generated rollout: its calls and what the generator knows about them."""
-
-    calls: list[CallRecord]
-    trainable: list[int] = field(default_factory=list)  # seqs of calls with status ok/truncated and tokens
-    starts: list[int] = field(default_factory=list)  # trainable seqs whose prompt does not extend the row
-
-
-def logprobs_of(completion: list[int]) -> list[float]:
-    return [-((t % 97) + 1) / 10 for t in completion]
-
-
-@st.composite
-def rollout_calls(draw: st.DrawFn, rollout_id: str = "r", max_calls: int = 8, breaks: bool = True,
-                  statuses: tuple[str, ...] = ("ok", "ok", "ok", "truncated", "error", "aborted")) -> Drawn:
-    """Calls where each prompt either extends the last trainable call's prompt + completion (plus a random
-    suffix the model did not sample) or breaks; random statuses, empty completions and missing logprobs."""
-    drawn = Drawn([])
-    current: list[int] | None = None
-    next_sampled = SAMPLED
-    for seq in range(draw(st.integers(0, max_calls))):
-        status = draw(st.sampled_from(statuses))
-        suffix = draw(st.lists(st.integers(1, 999), max_size=4))
-        extend = current is not None and (not breaks or draw(st.booleans()))
-        prompt = (current or []) + suffix if extend else [BREAK + seq, *suffix]
-        size = draw(st.integers(0, 4))
-        completion = list(range(next_sampled, next_sampled + size))
-        next_sampled += size
-        logprobs = None if draw(st.integers(0, 9)) == 0 else logprobs_of(completion)
-        if status == "error" and draw(st.booleans()):
-            prompt, completion, logprobs = None, None, None
-        drawn.calls.append(CallRecord(rollout_id, seq, "completions", status, prompt_ids=prompt,
-                                      completion_ids=completion, logprobs=logprobs))
-        if status in ("ok", "truncated") and prompt and completion:
-            drawn.trainable.append(seq)
-            if not extend:
-                drawn.starts.append(seq)
-            current = prompt + completion
-    return drawn
+from tests.support import Drawn, rollout_calls
 
 
 def by_seq(drawn: Drawn) -> dict[int, CallRecord]:

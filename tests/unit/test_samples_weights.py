@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_samples_rows import Drawn, rollout_calls
 
 from repro.samples import SampleConfig, build_sample_set, row_weights
 from repro.store import CallRecord, RolloutRecord
+from tests.support import Drawn, rollout_calls
 
 
 def finished(rollout_id: str, reward: float, group: str = "g") -> RolloutRecord:

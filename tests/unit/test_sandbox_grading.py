@@ -9,13 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_sandbox_workspace import CALC, calc_task, make_calc_repo, make_sandbox
 
 from repro.sandbox import pytest_runner
 from repro.sandbox.grading import decide, protected_paths
 from repro.sandbox.limits import ResourceLimits
 from repro.sandbox.local import LocalSandbox
 from repro.tasks.schema import Task
+from tests.support import CALC, calc_task, make_calc_repo, make_sandbox
 
 F2P, MUL, ENV = "tests/test_calc.py::test_add", "tests/test_calc.py::test_mul", "tests/test_calc.py::test_no_secrets"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -13,56 +12,7 @@ from repro.sandbox.limits import ResourceLimits
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.sandbox.repos import RepoError, git, repo_location
 from repro.tasks.schema import Task
-
-CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
-TESTS = (
-    "import os\n\nfrom calc import add, mul\n\n\n"
-    "def test_mul():\n    assert mul(2, 3) == 6\n\n\n"
-    "def test_no_secrets():\n    assert not [k for k in os.environ if k.endswith('API_KEY')]\n"
-)
-ADD_TEST = "\n\ndef test_add():\n    assert add(2, 3) == 5\n"
-
-
-def commit_all(repo: Path, message: str) -> str:
-    git(["add", "-A"], repo)
-    git(["commit", "-q", "-m", message], repo)
-    return git(["rev-parse", "HEAD"], repo).stdout.strip()
-
-
-def make_calc_repo(path: Path) -> tuple[str, str, str, str]:
-    """``calc`` with a bug in ``add``: (base sha, sha with test_add, gold patch, test patch).
-
-    The fix and the new test live on branches, as in a real repository's later history.
-    """
-    (path / "tests").mkdir(parents=True)
-    git(["init", "-q", "-b", "main"], path)
-    (path / "calc.py").write_text(CALC)
-    (path / "tests/test_calc.py").write_text(TESTS)
-    (path / "README").write_text("calc\n")
-    base = commit_all(path, "base")
-    git(["checkout", "-q", "-b", "with-test"], path)
-    (path / "tests/test_calc.py").write_text(TESTS + ADD_TEST)
-    with_test = commit_all(path, "test_add")
-    git(["checkout", "-q", "-b", "fix", base], path)
-    (path / "calc.py").write_text(CALC.replace("a - b", "a + b"))
-    fixed = commit_all(path, "fix add")
-    git(["checkout", "-q", "main"], path)
-    gold = git(["diff", base, fixed], path).stdout
-    test_patch = git(["diff", base, with_test], path).stdout
-    return base, with_test, gold, test_patch
-
-
-def calc_task(repos: Path, base: str, with_test: str, gold: str, test_patch: str) -> Task:
-    """The task of fixing ``add`` in the repository ``make_calc_repo`` made under ``repos``."""
-    return Task(instance_id="acme__calc-1", repo="acme/calc", base_commit=base, problem_statement="add() subtracts",
-                patch=gold, test_patch=test_patch, FAIL_TO_PASS=["tests/test_calc.py::test_add"],
-                PASS_TO_PASS=["tests/test_calc.py::test_mul", "tests/test_calc.py::test_no_secrets"])
-
-
-def make_sandbox(repos: Path, root: Path, **config: Any) -> LocalSandbox:
-    """A sandbox over ``repos`` with workspaces under ``root`` and modest limits unless overridden."""
-    defaults: dict[str, Any] = {"test_timeout_s": 30, "limits": ResourceLimits(cpu_s=30, memory_mb=1024)}
-    return LocalSandbox(LocalSandboxConfig(repos_dir=str(repos), workspace_root=str(root), **{**defaults, **config}))
+from tests.support import CALC, calc_task, commit_all, make_calc_repo, make_sandbox
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from repro.protocols import ContainerSpec
 from repro.sandbox.eval_script import eval_spec
 from repro.tasks.loaders import load_tasks
 from repro.tasks.swesmith import is_swesmith, reverse_patch, startup_command
+from repro.testing import FakeHarness
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -73,18 +74,14 @@ def test_reversing_a_diff_undoes_it_and_twice_is_identity(tmp_path_factory, old,
     assert (repo / "gone.txt").read_text() == "will be deleted\n" and not (repo / "new.txt").exists()
 
 
-class _LocalOnlyHarness:
-    pass
-
-
 class _ContainerSandbox:
     gives_containers = True
 
 
 def test_a_container_sandbox_refuses_a_harness_that_runs_on_the_host() -> None:
     with pytest.raises(ValueError, match="opencode does not"):
-        require_container_support(_LocalOnlyHarness(), _ContainerSandbox(), "opencode")
-    require_container_support(_LocalOnlyHarness(), object(), "opencode")  # local sandbox: fine
+        require_container_support(FakeHarness(), _ContainerSandbox(), "opencode")
+    require_container_support(FakeHarness(), object(), "opencode")  # local sandbox: fine
 
 
 def test_the_v1_container_config_is_mini_s_swebench_environment_with_the_rollout_s_container() -> None:

@@ -1,0 +1,219 @@
+"""Helpers shared by test files (test files import from here, never from each other): the running proxy, the
+``repro`` CLI in a subprocess with the small miniature's overrides, a tiny git repository with a bug and its local
+sandbox, generated rollouts for the sample builder, and the scripted expert's rollouts in any sandbox. Fakes and the
+stub model server are in ``repro.testing``; the docker tests' helpers in ``tests/docker_support.py``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from hypothesis import strategies as st
+
+from harness_adapters.mini_swe_agent import MiniSweAgentConfig, is_v1
+from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
+from harness_adapters.mini_swe_agent_v1 import MiniSweAgentV1Harness
+from repro.jobs.stack import CpuServingConfig, running_stack
+from repro.net import free_port
+from repro.protocols import HarnessRollout
+from repro.proxy import ProxyApp, ProxyConfig
+from repro.sandbox.limits import ResourceLimits
+from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.sandbox.repos import git
+from repro.store import CallRecord, SqliteTraceStore, open_store
+from repro.tasks.distributions import TaskDistributionConfig, build_distribution
+from repro.tasks.schema import Task
+from repro.testing import ServerThread
+from repro.tinymodel.model import TinyModelConfig
+from repro.tinymodel.recipe import build_recipe_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# -- the proxy ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunningProxy:
+    url: str
+    config: ProxyConfig
+
+    def store(self) -> SqliteTraceStore:
+        return open_store(self.config.store_path)
+
+    def new_rollout(self, rollout_id: str, **fields: str) -> str:
+        resp = httpx.post(f"{self.url}/rollouts", json={"rollout_id": rollout_id, **fields})
+        assert resp.status_code == 201, resp.text
+        return f"{self.url}/rollouts/{rollout_id}/v1"
+
+
+def start_proxy(tmp_path: Path, upstream_url: str, **overrides: Any) -> tuple[ServerThread, ProxyConfig]:
+    """The proxy app in a thread of this process (enter the server to start it), its store under ``tmp_path``."""
+    config = ProxyConfig(upstream_url=upstream_url, port=free_port(), store_path=str(tmp_path / "traces.sqlite"),
+                         **overrides)
+    return ServerThread(ProxyApp(config), config.port), config
+
+
+# -- the CLI --------------------------------------------------------------------------------------------------
+
+SMALL = ["warm_start.n_demo_tasks=24", "train_tasks.n_tasks=30", "warm_start.sft.epochs=1", "rl.steps=2",
+         "rl.tasks_per_step=2", "rl.samples_per_task=3", "tasks.n_tasks=4", "warm_start.use_cache=false", "eval.k=2",
+         "rl_filter.enabled=false"]  # the small miniature; a 1-epoch warm start fails every probe: no filter
+
+
+def repro_cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
+              timeout: float = 900) -> subprocess.CompletedProcess:
+    """``python -m repro.cli ARGS`` in a subprocess, output captured as text."""
+    return subprocess.run([sys.executable, "-m", "repro.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env)
+
+
+# -- a tiny repository with a bug, and its sandbox --------------------------------------------------------------
+
+CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
+TESTS = (
+    "import os\n\nfrom calc import add, mul\n\n\n"
+    "def test_mul():\n    assert mul(2, 3) == 6\n\n\n"
+    "def test_no_secrets():\n    assert not [k for k in os.environ if k.endswith('API_KEY')]\n"
+)
+ADD_TEST = "\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+
+
+def commit_all(repo: Path, message: str) -> str:
+    git(["add", "-A"], repo)
+    git(["commit", "-q", "-m", message], repo)
+    return git(["rev-parse", "HEAD"], repo).stdout.strip()
+
+
+def make_calc_repo(path: Path) -> tuple[str, str, str, str]:
+    """``calc`` with a bug in ``add``: (base sha, sha with test_add, gold patch, test patch).
+
+    The fix and the new test live on branches, as in a real repository's later history.
+    """
+    (path / "tests").mkdir(parents=True)
+    git(["init", "-q", "-b", "main"], path)
+    (path / "calc.py").write_text(CALC)
+    (path / "tests/test_calc.py").write_text(TESTS)
+    (path / "README").write_text("calc\n")
+    base = commit_all(path, "base")
+    git(["checkout", "-q", "-b", "with-test"], path)
+    (path / "tests/test_calc.py").write_text(TESTS + ADD_TEST)
+    with_test = commit_all(path, "test_add")
+    git(["checkout", "-q", "-b", "fix", base], path)
+    (path / "calc.py").write_text(CALC.replace("a - b", "a + b"))
+    fixed = commit_all(path, "fix add")
+    git(["checkout", "-q", "main"], path)
+    gold = git(["diff", base, fixed], path).stdout
+    test_patch = git(["diff", base, with_test], path).stdout
+    return base, with_test, gold, test_patch
+
+
+def calc_task(repos: Path, base: str, with_test: str, gold: str, test_patch: str) -> Task:
+    """The task of fixing ``add`` in the repository ``make_calc_repo`` made under ``repos``."""
+    return Task(instance_id="acme__calc-1", repo="acme/calc", base_commit=base, problem_statement="add() subtracts",
+                patch=gold, test_patch=test_patch, FAIL_TO_PASS=["tests/test_calc.py::test_add"],
+                PASS_TO_PASS=["tests/test_calc.py::test_mul", "tests/test_calc.py::test_no_secrets"])
+
+
+def make_sandbox(repos: Path, root: Path, **config: Any) -> LocalSandbox:
+    """A sandbox over ``repos`` with workspaces under ``root`` and modest limits unless overridden."""
+    defaults: dict[str, Any] = {"test_timeout_s": 30, "limits": ResourceLimits(cpu_s=30, memory_mb=1024)}
+    return LocalSandbox(LocalSandboxConfig(repos_dir=str(repos), workspace_root=str(root), **{**defaults, **config}))
+
+
+# -- generated rollouts for the sample builder ----------------------------------------------------------------
+
+SAMPLED = 100_000  # ids of sampled tokens: unique per rollout, never in a prompt suffix
+BREAK = 50_000  # first token of a prompt that does not extend: BREAK + seq, unique per rollout
+
+
+@dataclass
+class Drawn:
+    """A generated rollout: its calls and what the generator knows about them."""
+
+    calls: list[CallRecord]
+    trainable: list[int] = field(default_factory=list)  # seqs of calls with status ok/truncated and tokens
+    starts: list[int] = field(default_factory=list)  # trainable seqs whose prompt does not extend the row
+
+
+def logprobs_of(completion: list[int]) -> list[float]:
+    return [-((t % 97) + 1) / 10 for t in completion]
+
+
+@st.composite
+def rollout_calls(draw: st.DrawFn, rollout_id: str = "r", max_calls: int = 8, breaks: bool = True,
+                  statuses: tuple[str, ...] = ("ok", "ok", "ok", "truncated", "error", "aborted")) -> Drawn:
+    """Calls where each prompt either extends the last trainable call's prompt + completion (plus a random
+    suffix the model did not sample) or breaks; random statuses, empty completions and missing logprobs."""
+    drawn = Drawn([])
+    current: list[int] | None = None
+    next_sampled = SAMPLED
+    for seq in range(draw(st.integers(0, max_calls))):
+        status = draw(st.sampled_from(statuses))
+        suffix = draw(st.lists(st.integers(1, 999), max_size=4))
+        extend = current is not None and (not breaks or draw(st.booleans()))
+        prompt = (current or []) + suffix if extend else [BREAK + seq, *suffix]
+        size = draw(st.integers(0, 4))
+        completion = list(range(next_sampled, next_sampled + size))
+        next_sampled += size
+        logprobs = None if draw(st.integers(0, 9)) == 0 else logprobs_of(completion)
+        if status == "error" and draw(st.booleans()):
+            prompt, completion, logprobs = None, None, None
+        drawn.calls.append(CallRecord(rollout_id, seq, "completions", status, prompt_ids=prompt,
+                                      completion_ids=completion, logprobs=logprobs))
+        if status in ("ok", "truncated") and prompt and completion:
+            drawn.trainable.append(seq)
+            if not extend:
+                drawn.starts.append(seq)
+            current = prompt + completion
+    return drawn
+
+
+# -- the scripted expert through the real mini-SWE-agent -------------------------------------------------------
+
+def _harness(cfg: MiniSweAgentConfig) -> Any:
+    if is_v1(cfg.version):
+        return MiniSweAgentV1Harness(cfg)
+    return MiniSweAgentHarness(cfg, workers=1)
+
+
+def run_expert(root: Path, config: TaskDistributionConfig, harness_cfg: MiniSweAgentConfig, sandbox: Any,
+               rollout_prefix: str = "expert", while_up: Callable[[Any], None] | None = None,
+               rows: list[Task] | None = None) -> dict:
+    """The expert's rollouts of ``config``'s tasks in ``sandbox``'s workspaces (a container spec, where the
+    workspace has one), and their grades; ``while_up(sandbox)`` runs after grading, while the harness is still up.
+    ``rows``: other rows of the same tasks (same statements, e.g. in SWE-smith's schema) to run instead; the expert
+    knows a task by its statement."""
+    expert_tasks = build_distribution(config)
+    tasks = rows if rows is not None else expert_tasks
+    tasks_jsonl = root / "tasks.jsonl"
+    tasks_jsonl.write_text("".join(json.dumps(t.to_row()) + "\n" for t in expert_tasks))
+    model_dir = build_recipe_model(TinyModelConfig(vocab_size=1024, recipe_tokens=True), harness_cfg, expert_tasks)
+    with running_stack(model_dir, CpuServingConfig(), ProxyConfig(), root, expert_tasks=tasks_jsonl) as stack, \
+            _harness(harness_cfg) as harness:
+        rollouts, workspaces = [], []
+        for i, task in enumerate(tasks):
+            rollout_id = f"{rollout_prefix}-{i}"
+            resp = httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout_id,
+                                                                   "task_id": task.instance_id, "mode": "eval"})
+            assert resp.status_code == 201, resp.text
+            workspace = sandbox.workspace(task, rollout_id)
+            workspaces.append(workspace)
+            rollouts.append(HarnessRollout(rollout_id, task, workspace.path,
+                                           f"{stack.proxy_url}/rollouts/{rollout_id}/v1",
+                                           stack.served_model_name, root / "harness" / rollout_id, 120.0,
+                                           container=getattr(workspace, "container_spec", None)))
+        results = harness.run(rollouts, concurrency=3)
+        for workspace, result in zip(workspaces, results, strict=True):
+            if hasattr(workspace, "adopt"):
+                workspace.adopt(result)
+        grades = [sandbox.grade(task, workspace) for task, workspace in zip(tasks, workspaces, strict=True)]
+        if while_up is not None:
+            while_up(sandbox)
+    return {"tasks": tasks, "results": results, "grades": grades, "workspaces": workspaces,
+            "store": root / "traces.sqlite", "model_dir": model_dir}
