@@ -27,6 +27,12 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _table(args: argparse.Namespace) -> None:
+    if args.replot:
+        from repro.report.table_plots import replot
+
+        for path in replot(Path(args.results)):
+            print(path)
+        return
     from repro.report.tables import write_tables
 
     written = write_tables(Path(args.outputs), Path(args.results))
@@ -83,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     table = sub.add_parser("table", help="rebuild results/ tables from runs' metrics.json")
     table.add_argument("--outputs", default="outputs")
     table.add_argument("--results", default="results")
+    table.add_argument("--replot", action="store_true", help="only redraw the plots of --results from its CSVs "
+                       "(for published tables whose run directories are not on this machine) and link them")
     table.set_defaults(func=_table)
     inspect = sub.add_parser("inspect", help="show the rollouts and calls recorded in a run or trace store")
     inspect.add_argument("path", help="a run directory or a traces.sqlite file")

@@ -375,7 +375,7 @@ def write_before_after_tables(runs: list[dict[str, Any]], results: Path) -> list
 
 def write_diagnostics(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """``results/<table>_diagnostics.md`` and ``.csv`` per table name (runs without diagnostics are left out)."""
-    from repro.report.plots import rl_diagnostics, save_svg
+    from repro.report.table_plots import diagnostics_link_line, image_link, table_plot
 
     written = []
     for name, group in by_table(runs).items():
@@ -383,14 +383,14 @@ def write_diagnostics(runs: list[dict[str, Any]], results: Path) -> list[Path]:
         if frame.empty:
             continue
         md, csv = results / f"{name}_diagnostics.md", results / f"{name}_diagnostics.csv"
-        svg = save_svg(rl_diagnostics(frame), results / f"{name}_diagnostics.svg")  # the plot of the CSV's rows
-        link = f"![RL diagnostics per step]({svg.name})"
+        frame.to_csv(csv, index=False)
+        svg, alt = table_plot(csv)  # the plot of the CSV's rows
+        link = image_link(svg, alt)
         md.write_text(f"# {name}: RL diagnostics per step\n\n" + DIAGNOSTICS_NOTE + "\n\n" + link + "\n\n"
                       + frame.to_markdown(index=False, floatfmt=".4g") + "\n")
-        frame.to_csv(csv, index=False)
         table_md = results / f"{name}.md"
         if table_md.exists():
-            table_md.write_text(table_md.read_text() + f"\n{link} (every step in [{md.name}]({md.name}))\n")
+            table_md.write_text(table_md.read_text() + f"\n{diagnostics_link_line(link, md)}\n")
         written += [md, csv, svg]
     return written
 

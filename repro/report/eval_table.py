@@ -140,8 +140,8 @@ def table_file_stem(name: str) -> str:
 def write_eval_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """One ``<table>.md`` and ``<table>.csv`` per table name among ``runs`` (a harness x task matrix when its newest
     run asks for ``layout: matrix``); returns the files written."""
-    from repro.report.plots import pass_at_1_bars, save_svg
     from repro.report.sweep import write_sweep_table
+    from repro.report.table_plots import image_link, table_plot
 
     by_table: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
@@ -153,10 +153,10 @@ def write_eval_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
             continue
         rows = select_rows(table_runs)
         stem = table_file_stem(name)
-        md, csv, svg = results / f"{stem}.md", results / f"{stem}.csv", results / f"{stem}.svg"
+        md, csv = results / f"{stem}.md", results / f"{stem}.csv"
         frame = csv_frame(rows, " | ".join(warnings_for(rows)))
         frame.to_csv(csv, index=False)
-        save_svg(pass_at_1_bars(frame), svg)  # the plot of the CSV's rows
-        md.write_text(eval_markdown(name, rows) + f"\n![Pass@1 with its interval per row]({svg.name})\n")
+        svg, alt = table_plot(csv)  # the plot of the CSV's rows
+        md.write_text(eval_markdown(name, rows) + f"\n{image_link(svg, alt)}\n")
         written += [md, csv, svg]
     return written

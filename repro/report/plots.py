@@ -95,8 +95,9 @@ def rl_diagnostics(frame: pd.DataFrame) -> Figure:
             else:
                 ax.ticklabel_format(axis="y", useOffset=False)
             ax.xaxis.get_major_locator().set_params(integer=True)
-        if len(runs) > 1:
-            axes[0].legend(fontsize=7, frameon=False)
+        if len(runs) > 1:  # below the panels: inside one it would hide the lines
+            handles, labels = axes[0].get_legend_handles_labels()
+            fig.legend(handles, labels, loc="outside lower center", ncol=min(len(runs), 5), fontsize=7, frameon=False)
     return fig
 
 
@@ -192,6 +193,16 @@ def pass_at_1_bars(frame: pd.DataFrame) -> Figure:
     return fig
 
 
+def distribution_labels(names: Sequence[str]) -> list[str]:
+    """Task-distribution names (``bundled:procedural:test:one_step:n50:s0``) without the ``:``-parts they all share
+    at the front, one part per line, so that neighbouring labels do not overlap."""
+    parts = [name.split(":") for name in names]
+    shared = 0
+    while len(parts) > 1 and all(len(p) > shared + 1 and p[shared] == parts[0][shared] for p in parts):
+        shared += 1
+    return ["\n".join(p[shared:]) for p in parts]
+
+
 def sweep_heatmap(cells: pd.DataFrame) -> Figure:
     """The harness x task-distribution matrix (columns ``harness``, ``tasks``, ``pass_at_1``, ``n_tasks``; the
     sweep table's CSV) as a heatmap of Pass@1, each cell annotated."""
@@ -209,7 +220,7 @@ def sweep_heatmap(cells: pd.DataFrame) -> Figure:
                 text = "-" if cell is None else f"{100 * cell.pass_at_1:.1f}%\nn={cell.n_tasks}"
                 dark = cell is not None and cell.pass_at_1 > 0.6
                 ax.text(x, y, text, ha="center", va="center", fontsize=8, color="white" if dark else "#111827")
-        ax.set_xticks(range(len(tasks)), tasks, fontsize=8)
+        ax.set_xticks(range(len(tasks)), distribution_labels(tasks), fontsize=8)
         ax.set_yticks(range(len(harnesses)), harnesses, fontsize=8)
         ax.spines[:].set_visible(False)
         ax.set_title("Pass@1: harness x task distribution")

@@ -114,14 +114,13 @@ def sweep_markdown(name: str, runs: list[dict[str, Any]]) -> str:
 
 
 def write_sweep_table(name: str, runs: list[dict[str, Any]], results: Path) -> list[Path]:
-    from repro.report.plots import save_svg, sweep_heatmap
+    from repro.report.table_plots import image_link, table_plot
 
     stem = table_file_stem(name)
-    md, csv, svg = results / f"{stem}.md", results / f"{stem}.csv", results / f"{stem}.svg"
-    frame = cells_frame(newest_cells(runs))
-    frame.to_csv(csv, index=False)
-    save_svg(sweep_heatmap(frame), svg)  # the plot of the CSV's cells
-    md.write_text(sweep_markdown(name, runs) + f"\n![Pass@1 per harness and task distribution]({svg.name})\n")
+    md, csv = results / f"{stem}.md", results / f"{stem}.csv"
+    cells_frame(newest_cells(runs)).to_csv(csv, index=False)
+    svg, alt = table_plot(csv)  # the plot of the CSV's cells
+    md.write_text(sweep_markdown(name, runs) + f"\n{image_link(svg, alt)}\n")
     return [md, csv, svg]
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +15,7 @@ from repro.evaluation import write_metrics as write_eval_metrics
 from repro.report import plots
 from repro.report.html_report import build_report, refusal
 from repro.report.run_data import FAILED, INFRA, SOLVED, UNGRADED, Run, Sample
+from repro.report.table_plots import replot
 from repro.report.tables import write_tables
 from repro.report.trajectories import TaskSamples, by_task
 
@@ -60,8 +62,8 @@ def test_plots_are_byte_identical_for_the_same_inputs_and_differ_for_others() ->
         assert plots.svg_bytes(make(changed)) != first, name
 
 
-def test_repro_table_links_its_plots_and_regenerating_changes_no_byte(tmp_path: Path) -> None:
-    outputs, results = tmp_path / "outputs", tmp_path / "results"
+def _table_outputs(outputs: Path) -> None:
+    """Run dirs of an eval table, a two-cell sweep and a before/after run with RL diagnostics."""
     _write_run(outputs / "eval_tiny" / "a", _eval_metrics("a", 2))
     for job, harness in enumerate(("2.4.6", "1.17.0")):
         sweep = _eval_metrics(f"s{job}", job + 1, harness=harness, layout="matrix")
@@ -77,6 +79,11 @@ def test_repro_table_links_its_plots_and_regenerating_changes_no_byte(tmp_path: 
                     "diagnostics": DIAGNOSTICS, "started_at": 5.0}
     (outputs / "mini_repro" / "b").mkdir(parents=True)
     (outputs / "mini_repro" / "b" / "metrics.json").write_text(json.dumps(before_after))
+
+
+def test_repro_table_links_its_plots_and_regenerating_changes_no_byte(tmp_path: Path) -> None:
+    outputs, results = tmp_path / "outputs", tmp_path / "results"
+    _table_outputs(outputs)
     written = write_tables(outputs, results)
     svgs = {p.name for p in written if p.suffix == ".svg"}
     assert svgs == {"eval_tiny.svg", "harness_sweep.svg", "mini_repro_diagnostics.svg"}
@@ -151,3 +158,28 @@ def test_a_sweep_directory_is_its_cells_and_not_a_refused_comparison(tmp_path: P
     assert refusal([[Run(tmp_path, "x", {"fingerprint": "a"}), Run(tmp_path, "y", {"fingerprint": "b"})]]) is None
     report = build_report([tmp_path / "sweep"], tmp_path / "report")
     assert report.refused is None and (tmp_path / "report" / "plots" / "sweep_matrix.svg").exists()
+
+
+def test_replot_redraws_the_plots_from_the_csvs_alone_as_repro_table_draws_them(tmp_path: Path) -> None:
+    outputs, results = tmp_path / "outputs", tmp_path / "results"
+    _table_outputs(outputs)
+    write_tables(outputs, results)
+    published = {p.name: p.read_bytes() for p in results.iterdir()}
+    shutil.rmtree(outputs)  # the runs are gone; results/ holds the CSVs and Markdown
+    for svg in results.glob("*.svg"):
+        svg.unlink()
+    replot(results)
+    assert {p.name: p.read_bytes() for p in results.iterdir()} == published  # same bytes, links already there
+
+    # a table published before plots existed: its links are added, in the places repro table puts them
+    for name in ("eval_tiny.md", "mini_repro.md", "mini_repro_diagnostics.md"):
+        md = results / name
+        md.write_text("\n".join(line for line in md.read_text().split("\n") if ".svg)" not in line))
+    replot(results)
+    diagnostics = (results / "mini_repro_diagnostics.md").read_text()
+    assert diagnostics.index("](mini_repro_diagnostics.svg)") < diagnostics.index("| run")
+    assert (results / "eval_tiny.md").read_text().rstrip().endswith("](eval_tiny.svg)")
+    assert "](mini_repro_diagnostics.svg) (every step in" in (results / "mini_repro.md").read_text()
+    again = {p.name: p.read_bytes() for p in results.iterdir()}
+    replot(results)
+    assert {p.name: p.read_bytes() for p in results.iterdir()} == again  # idempotent
