@@ -126,3 +126,15 @@ def test_one_rollout_in_an_arm_store_and_an_instance_in_a_phase_folder(tmp_path:
     assert "calls of rollout after-1" in out and "verdict: resolved" in out
     inspect_path(run, "task-rl1-1")  # an instance id found in rl/step_001's reports
     assert "calls of rollout rl1-1" in capsys.readouterr().out
+
+
+def test_the_command_line_passes_the_filters(tmp_path: Path, capsys) -> None:
+    from repro.cli import build_parser
+
+    run = _build_run(tmp_path)
+    args = build_parser().parse_args(["inspect", str(run), "--phase", "rl", "--outcome", "resolved,unresolved",
+                                      "--limit", "1"])
+    args.func(args)
+    out = capsys.readouterr().out
+    assert "selected (--phase rl --outcome resolved,unresolved): 3 of 13 rollouts" in out
+    assert "… 1 more resolved not shown" in out and "rl0-1" in out and "before-0" not in out
