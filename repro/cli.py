@@ -44,9 +44,12 @@ def _table(args: argparse.Namespace) -> None:
 
 def _inspect(args: argparse.Namespace) -> None:
     from repro.report.inspect import inspect_path
+    from repro.report.run_view import Selection
     from repro.samples import SampleConfig
 
-    inspect_path(Path(args.path), args.rollout, SampleConfig(mode=args.samples_mode, weighting=args.weighting))
+    selection = Selection(tuple(args.phase or ()), tuple(args.outcome or ()), args.limit)
+    inspect_path(Path(args.path), args.rollout, SampleConfig(mode=args.samples_mode, weighting=args.weighting),
+                 selection)
 
 
 def _report(args: argparse.Namespace) -> None:
@@ -95,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = sub.add_parser("inspect", help="show the rollouts and calls recorded in a run or trace store")
     inspect.add_argument("path", help="a run directory or a traces.sqlite file")
     inspect.add_argument("rollout", nargs="?", help="a rollout id or instance id: show its turns and verdict")
+    inspect.add_argument("--phase", action="append", help="list only rollouts of this phase folder (demos, probe, "
+                         "eval_before, rl, rl/step_003, eval_after, an arm such as proxy); repeat or comma-separate")
+    inspect.add_argument("--outcome", action="append", help="list only these outcomes: resolved, unresolved, "
+                         "infra-failure, not-graded, no-report; repeat or comma-separate")
+    inspect.add_argument("--limit", type=int, default=20, help="rows per table (0: all; default 20)")
     from repro.samples import MODES, WEIGHTINGS, SampleConfig
 
     inspect.add_argument("--samples-mode", choices=MODES, default=SampleConfig.mode,

@@ -30,6 +30,7 @@ from repro.tasks.schema import Task
 INSTANCES_DIR = "instances"
 REPORT_FILE = "report.json"
 PATCH_FILE = "patch.diff"
+NOT_GRADED_REASON = "not graded (demonstration)"  # the reason of a demonstration's report (never graded)
 LOG_TAIL_CHARS = 4000
 _ROLLOUT_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")

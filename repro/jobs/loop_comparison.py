@@ -38,6 +38,7 @@ from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tinymodel.model import TinyModelConfig
+from repro.tracking import TrackingConfig
 from repro.train.config import RlConfig
 from repro.train.task_filter import TaskFilterConfig
 
@@ -60,14 +61,15 @@ def loop_comparison_job(model: TinyModelConfig, serving: CpuServingConfig, proxy
                         rl: RlPhaseConfig, trainer: RlConfig, samples: SampleConfig, run_dir: Path,
                         fidelity: FidelityConfig, loops: tuple[str, ...] = ("proxy", "rebuilt"),
                         harness_workers: int = 2, loop: Any = None,
-                        rl_filter: TaskFilterConfig | None = None) -> dict[str, Any]:
+                        rl_filter: TaskFilterConfig | None = None,
+                        tracking: TrackingConfig | None = None) -> dict[str, Any]:
     """Run both arms and the fidelity replays; returns (and writes) the metrics (kind ``loop_comparison``).
     ``loop`` is mini_repro's single-arm setting, inherited by the config and unused: ``loops`` names the arms.
     ``rl_filter``: the probe step before RL (both arms keep the same tasks: one probe, cached)."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
     run_dir, started = Path(run_dir), time.time()
     cfg = MiniatureConfig(model, serving, proxy, harness, harness_name, train_tasks, tasks, sandbox, eval, warm_start,
-                          harness_workers)
+                          harness_workers, tracking)
     with prepared_miniature(cfg, run_dir) as mini:
         before = mini.evaluate_start()
         task_filter = rl_filter or TaskFilterConfig()

@@ -31,6 +31,7 @@ from repro.samples import SampleConfig
 from repro.sandbox.local import LocalSandboxConfig
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tinymodel.model import TinyModelConfig
+from repro.tracking import TrackingConfig
 from repro.train.config import RlConfig
 from repro.train.task_filter import TaskFilterConfig
 
@@ -58,7 +59,8 @@ def mini_repro_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Pro
                    harness_name: str, train_tasks: TaskDistributionConfig, tasks: TaskDistributionConfig,
                    sandbox: LocalSandboxConfig, eval: EvalConfig, warm_start: WarmStartConfig, rl: RlPhaseConfig,
                    trainer: RlConfig, samples: SampleConfig, run_dir: Path, harness_workers: int = 2,
-                   loop: LoopConfig | None = None, rl_filter: TaskFilterConfig | None = None) -> dict[str, Any]:
+                   loop: LoopConfig | None = None, rl_filter: TaskFilterConfig | None = None,
+                   tracking: TrackingConfig | None = None) -> dict[str, Any]:
     """Run the whole miniature; returns (and writes) its metrics. ``harness_workers``: long-lived harness
     processes sharing the rollouts (rollout throughput is bound by one process's GIL otherwise); ``loop``: who
     runs the RL rollouts (default: the real harness through the proxy); ``rl_filter``: the probe step that picks
@@ -66,7 +68,7 @@ def mini_repro_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Pro
     logging.getLogger("httpx").setLevel(logging.WARNING)
     run_dir, started = Path(run_dir), time.time()
     cfg = MiniatureConfig(model, serving, proxy, harness, harness_name, train_tasks, tasks, sandbox, eval, warm_start,
-                          harness_workers)
+                          harness_workers, tracking)
     arm = ArmConfig(loop or LoopConfig(), rl, trainer, samples, rl_filter or TaskFilterConfig())
     with prepared_miniature(cfg, run_dir) as mini:
         before = mini.evaluate_start()

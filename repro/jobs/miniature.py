@@ -38,6 +38,7 @@ from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.schema import Task
 from repro.tinymodel.model import TinyModelConfig
 from repro.tinymodel.recipe import build_recipe_model
+from repro.tracking import TrackingConfig, tracked
 from repro.train.config import RlConfig
 from repro.train.rl import PolicyTrainer
 from repro.train.task_filter import TaskFilterConfig
@@ -58,6 +59,7 @@ class MiniatureConfig:
     eval: EvalConfig
     warm_start: WarmStartConfig
     harness_workers: int = 2
+    tracking: TrackingConfig | None = None  # SFT's and RL's tracker (repro.tracking; None: none)
 
 
 @dataclass
@@ -156,7 +158,8 @@ def _warm_start(run_dir: Path, base_model: Path, demo_tasks: list[Task], cfg: Mi
     ws = cfg.warm_start
     print(f"phase warm_start: {len(demo_tasks)} expert demonstrations through the harness, then SFT "
           f"({ws.sft.epochs:g} epochs); reused when the cache holds one with the same inputs", flush=True)
-    warm_dir, warm = warm_start(run_dir, base_model, demo_tasks, ws, cfg.serving, cfg.proxy, agent, box, acct)
+    warm_dir, warm = warm_start(run_dir, base_model, demo_tasks, ws, cfg.serving, cfg.proxy, agent, box, acct,
+                                cfg.tracking)
     note = "reused from the cache" if warm["cached"] else f"built from {warm['demo_rollouts']} demonstrations"
     print(f"warm start {warm['key']}: {note}, weights sha256 {warm['weights_sha256'][:12]}", flush=True)
     return warm_dir, warm
@@ -205,8 +208,10 @@ def run_arm(mini: Miniature, arm_dir: Path, arm: ArmConfig, label: str,
                                      "include_modes": ("train",)})
         rl_tasks, probe = rl_task_pool(mini, arm, stack, acct, arm_dir)
         rl_started = time.monotonic()
-        with rl_harness(arm.loop, mini.agent, policy) as rl_agent:
-            history = RlLoop(arm_dir, rl, trainer, sample_cfg, stack, rl_agent, mini.box, policy).run(rl_tasks, acct)
+        with rl_harness(arm.loop, mini.agent, policy) as rl_agent, \
+                tracked(mini.run_dir, cfg.tracking, label) as tracker:
+            history = RlLoop(arm_dir, rl, trainer, sample_cfg, stack, rl_agent, mini.box, policy,
+                             tracker=tracker).run(rl_tasks, acct)
         record_rate(kind, rollouts, time.monotonic() - rl_started)
         samples = len(mini.test_list) * cfg.eval.k
         print(f"phase eval_after ({arm.loop.kind} loop): {len(mini.test_list)} tasks x k={cfg.eval.k} "

@@ -24,6 +24,7 @@ from repro.sandbox.local import LocalSandbox
 from repro.seeding import rl_seed
 from repro.store import open_store
 from repro.tasks.schema import Task
+from repro.tracking import Tracker
 from repro.train.reward import RewardConfig
 from repro.train.rl import PolicyTrainer
 from repro.train.task_filter import MIXED, outcome_class, outcomes_by_task
@@ -32,6 +33,7 @@ TRAINER_STATE = "trainer_state.pt"
 STEP_RECORD = "step_record.json"
 POLICY_STEP = "rl_step.json"  # in the policy checkpoint: the RL step whose update its weights hold
 RL_MODES = ("sync", "one_step_off")
+DIAGNOSTICS_FILE = "rl/diagnostics.jsonl"  # one JSON line per finished RL step (step_diagnostics), whatever the tracker
 CHECKPOINT = "checkpoint"  # rl/checkpoint/: weights + trainer state of the last resumable step (checkpoint_every > 1)
 
 
@@ -134,14 +136,17 @@ def step_diagnostics(record: dict[str, Any]) -> dict[str, Any]:
 
 class RlLoop:
     """Holds the trainer, the live stack and the harness across steps. ``validate`` (step -> record), when given,
-    runs after every ``validate_every``-th step's update; its record goes into the step's."""
+    runs after every ``validate_every``-th step's update; its record goes into the step's. Each step's diagnostics
+    (and validation) go to ``DIAGNOSTICS_FILE`` and to ``tracker`` (``repro.tracking``), when given."""
 
     def __init__(self, run_dir: Path, cfg: RlPhaseConfig, trainer: PolicyTrainer, samples: SampleConfig,
                  stack: Stack, agent: Any, box: LocalSandbox, policy_dir: Path,
-                 validate: Callable[[int], dict[str, Any]] | None = None, validate_every: int = 0) -> None:
+                 validate: Callable[[int], dict[str, Any]] | None = None, validate_every: int = 0,
+                 tracker: Tracker | None = None) -> None:
         self.run_dir, self.cfg, self.trainer, self.samples = Path(run_dir), cfg, trainer, samples
         self.stack, self.agent, self.box, self.policy_dir = stack, agent, box, Path(policy_dir)
         self.validate, self.validate_every = validate, validate_every
+        self.tracker = tracker
         if cfg.mode == "one_step_off" and trainer.cfg.on_policy_log_ratio_max > 0:
             raise ValueError("rl.mode=one_step_off trains on calls sampled by weights one update old, so the first "
                              "update is not on policy: set trainer.on_policy_log_ratio_max=0 (the importance ratio "
@@ -206,8 +211,15 @@ class RlLoop:
                              f"{self.run_dir / 'rl'} and {self.policy_dir} to restart this arm's RL")
         return records
 
+    def _rewrite_diagnostics(self, history: list[dict[str, Any]]) -> None:
+        path = self.run_dir / DIAGNOSTICS_FILE
+        if history or path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(json.dumps(h["diagnostics"]) + "\n" for h in history))
+
     def run(self, tasks: list[Task], accountant: Any) -> list[dict[str, Any]]:
         history = self.completed_steps()
+        self._rewrite_diagnostics(history)  # a step killed after its line was written is run again: one line each
         if history:
             self.trainer.load_state(self.state_path)
             print(f"rl: resuming after step {len(history)}/{self.cfg.steps} (weights and optimizer state of a "
@@ -285,8 +297,10 @@ class RlLoop:
             with accountant.phase("validation"):
                 record["validation"] = self.validate(step)
         (self.run_dir / "rl").mkdir(parents=True, exist_ok=True)
-        with (self.run_dir / "rl" / "diagnostics.jsonl").open("a") as out:
+        with (self.run_dir / DIAGNOSTICS_FILE).open("a") as out:
             out.write(json.dumps(record["diagnostics"]) + "\n")
+        if self.tracker is not None:
+            self.tracker.log(step, {**record["diagnostics"], "validation": record.get("validation", {})})
         self._checkpoint(step)  # with the weights saved above: the step is resumable from here
         step_dir = self.run_dir / "rl" / f"step_{step:03d}"
         step_dir.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,7 @@ from repro.report.before_after import run_markdown
 from repro.samples import SampleConfig
 from repro.sandbox.select import make_sandbox
 from repro.tasks.schema import Task
+from repro.tracking import Tracker, TrackingConfig, tracked
 from repro.train.config import RlConfig
 from repro.train.rl import PolicyTrainer
 
@@ -96,9 +97,10 @@ def rl_run_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name:
                val_tasks: Any, tasks: Any, sandbox: Any, eval: EvalConfig, validation: ValidationConfig,
                rl: RlPhaseConfig, trainer: RlConfig, samples: SampleConfig, run_dir: Path,
                harness_workers: int = 1, fanout: FanoutConfig | None = None,
-               require_checkpoint: bool = False) -> dict[str, Any]:
+               require_checkpoint: bool = False, tracking: TrackingConfig | None = None) -> dict[str, Any]:
     """Evaluate the base (``eval.checkpoint``, else the tiny model), RL with validation points, evaluate again.
-    ``require_checkpoint``: refuse to fall back to the tiny model (the full-scale recipe)."""
+    ``require_checkpoint``: refuse to fall back to the tiny model (the full-scale recipe); ``tracking``: where
+    each RL step's diagnostics and validation go besides ``rl/diagnostics.jsonl`` (``repro.tracking``)."""
     if require_checkpoint and not eval.checkpoint:
         raise SystemExit(f"error: experiment {eval.experiment} trains a released model: pass eval.checkpoint=DIR "
                          "(a transformers checkpoint directory, e.g. Qwen3.5-9B downloaded beforehand)")
@@ -125,9 +127,10 @@ def rl_run_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name:
             with running_stack(policy, serving, proxy, run_dir) as stack:
                 parts = RunParts(run_dir, agent, box, stack, GradeCache())
                 before = _evaluate(parts, "eval_before", spec, eval, test_list, base_name, acct)
-                history = _rl(parts, rl, trainer, samples, policy, train_list, acct,
-                              validator(parts, val_spec, val_ev, val_list) if validation.every_steps > 0 else None,
-                              validation.every_steps)
+                with tracked(run_dir, tracking, f"rl-{run_dir.name}") as tracker:
+                    history = _rl(parts, rl, trainer, samples, policy, train_list, acct,
+                                  validator(parts, val_spec, val_ev, val_list) if validation.every_steps > 0 else None,
+                                  validation.every_steps, tracker)
                 after = _evaluate(parts, "eval_after", spec, eval, test_list, f"rl-{run_dir.name}", acct)
     finally:
         box.close()
@@ -165,10 +168,10 @@ def _evaluate(parts: RunParts, phase: str, spec: Any, ev: EvalConfig, tasks: lis
 
 def _rl(parts: RunParts, rl: RlPhaseConfig, trainer_cfg: RlConfig, samples: SampleConfig, policy: Path,
         tasks: list[Task], acct: Accountant, validate: Callable[[int], dict[str, Any]] | None,
-        every: int) -> list[dict[str, Any]]:
+        every: int, tracker: Tracker | None = None) -> list[dict[str, Any]]:
     print(f"phase rl: {rl.steps} steps x {rl.tasks_per_step} tasks x {rl.samples_per_task} samples", flush=True)
     trainer = PolicyTrainer(policy, trainer_cfg)
     sample_cfg = SampleConfig(**{**asdict(samples), "weighting": trainer_cfg.weighting, "include_modes": ("train",)})
     loop = RlLoop(parts.run_dir, rl, trainer, sample_cfg, parts.stack, parts.agent, parts.box, policy,
-                  validate=validate, validate_every=every)
+                  validate=validate, validate_every=every, tracker=tracker)
     return loop.run(tasks, acct)

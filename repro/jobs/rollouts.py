@@ -28,6 +28,7 @@ from repro.evaluation import (
     usage_from_store,
     write_report,
 )
+from repro.evaluation.records import NOT_GRADED_REASON
 from repro.fanout import SampleJob, SampleOutcome, finish_sample
 from repro.jobs.stack import Stack
 from repro.protocols import GradeResult, HarnessResult, HarnessRollout
@@ -39,7 +40,7 @@ from repro.store import open_store
 from repro.tasks.schema import Task
 from repro.train.reward import RewardConfig, shaped_reward
 
-NOT_GRADED = GradeResult("unresolved", "not graded (demonstration)")
+NOT_GRADED = GradeResult("unresolved", NOT_GRADED_REASON)
 
 
 @dataclass

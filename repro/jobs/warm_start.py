@@ -30,6 +30,7 @@ from repro.sandbox.local import LocalSandbox
 from repro.store import open_store
 from repro.tasks.loaders import write_tasks
 from repro.tasks.schema import Task
+from repro.tracking import TrackingConfig, trainer_reporting
 from repro.train.config import SftConfig
 from repro.train.device import non_default_device_settings
 from repro.train.sft import sft_steps, sft_train
@@ -123,8 +124,10 @@ def demonstration_rows(store_path: Path, rollout_ids: list[str], sample_mode: st
 
 
 def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStartConfig, serving: CpuServingConfig,
-               proxy: ProxyConfig, agent: Any, box: LocalSandbox, accountant: Any) -> tuple[Path, dict[str, Any]]:
-    """The warm-start checkpoint (built, or reused from the cache) and what it took."""
+               proxy: ProxyConfig, agent: Any, box: LocalSandbox, accountant: Any,
+               tracking: TrackingConfig | None = None) -> tuple[Path, dict[str, Any]]:
+    """The warm-start checkpoint (built, or reused from the cache) and what it took; SFT's training loss goes to
+    ``tracking``'s tracker (trl's ``report_to``) as the run ``sft-<run dir name>``."""
     key = warm_start_key(base_model, tasks, agent.identity(), cfg)
     out = cache_dir() / "warm_start" / f"warm-{key}"
     if cfg.use_cache and (out / STATS_FILE).exists():
@@ -142,7 +145,9 @@ def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStar
     with accountant.phase("warm_start_sft"):
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        sft = sft_train(base_model, rows, tmp, cfg.sft)
+        name = f"sft-{Path(run_dir).name}"
+        with trainer_reporting(tracking, run_dir, name) as report_to:
+            sft = sft_train(base_model, rows, tmp, cfg.sft, report_to, name)
     record_rate("sft_step", sft["steps"], sft["seconds"])
     stats = {"key": key, "demo_tasks": len(tasks), "demo_rollouts": len(rollout_ids), "sft": sft,
              "sampled_tokens": sum(sum(r.loss_mask) for r in rows), "tokens": sum(len(r.input_ids) for r in rows)}

@@ -1,8 +1,9 @@
 """`repro inspect`: what a run recorded, readable in a terminal.
 
-``repro inspect RUN`` lists an evaluation run's samples grouped by outcome (resolved / unresolved / error /
-timeout, with reasons) from its per-instance reports and trace store; a run without reports (or a bare
-``traces.sqlite``) gets the store-level rollouts table. ``repro inspect RUN ROLLOUT_OR_INSTANCE`` shows a
+``repro inspect RUN`` opens with a summary of every rollout the run holds (its trace stores and the reports of
+every phase folder: ``repro.report.rollout_index``) by phase, rollout mode and outcome, then lists the rollouts
+``--phase`` / ``--outcome`` select, one table per outcome cut at ``--limit`` rows (the reasons of each verdict;
+store-only rollouts with their prefix drift). ``repro inspect RUN ROLLOUT_OR_INSTANCE`` shows a
 rollout's turns (action, observation) and the grader's verdict, then its calls table and how its calls became
 training rows (``repro.samples``: merge mode, weighting, advantage within its group).
 """
@@ -14,19 +15,22 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from repro.evaluation.records import read_reports
-from repro.report.run_view import resolve_target, run_overview
+from repro.report.rollout_index import STORE_FILE, index_run, scan_run, select
+from repro.report.run_view import Selection, resolve_target, run_overview
 from repro.report.turns import rollout_view
 from repro.samples import SampleConfig
 from repro.samples.view import samples_view
 from repro.store import CallRecord, SqliteTraceStore, open_store
 
 
-def _store_for(path: Path) -> SqliteTraceStore:
-    db = path / "traces.sqlite" if path.is_dir() else path
-    if not db.exists():
-        raise SystemExit(f"no trace store at {db}: pass a run directory (outputs/...) or a traces.sqlite file")
-    return open_store(db)
+def _locate(path: Path) -> tuple[Path, list[Path] | None]:
+    """(the run directory, the trace stores to read: ``None`` for every store under the run)."""
+    if path.is_file():
+        return path.parent, [path]
+    if path.is_dir() and scan_run(path)[1]:
+        return path, None
+    raise SystemExit(f"no trace store at {path / STORE_FILE}: pass a run directory (outputs/...) or a traces.sqlite "
+                     "file")
 
 
 def _message_text(call: CallRecord, limit: int = 160) -> str:
@@ -76,24 +80,29 @@ def console() -> Console:
     return plain if plain.is_terminal else Console(width=160)
 
 
-def inspect_path(path: Path, target: str | None = None, samples: SampleConfig | None = None) -> None:
-    """``target``: a rollout id, or an instance id of the run (all its samples); ``samples``: how rows are built."""
-    store = _store_for(path)
-    run_dir = path if path.is_dir() else path.parent
-    reports = read_reports(run_dir)
+def inspect_path(path: Path, target: str | None = None, samples: SampleConfig | None = None,
+                 selection: Selection | None = None) -> None:
+    """``target``: a rollout id, or an instance id of the run (its samples in every phase); ``samples``: how rows
+    are built; ``selection``: which rollouts the run's listing shows (phases, outcomes, rows per table)."""
+    run_dir, stores = _locate(Path(path))
+    entries = index_run(run_dir, stores)
     out = console()
     if target is None:
-        out.print(*(run_overview(run_dir, reports, store) if reports else [rollouts_table(store)]))
+        selection = selection or Selection()
+        for part in run_overview(run_dir, entries, select(entries, selection.phases, selection.outcomes), selection):
+            out.print(part)
         return
-    rollout_ids = resolve_target(store, reports, target)
-    if not rollout_ids:
+    chosen = resolve_target(entries, target)
+    if not chosen:
         raise SystemExit(f"no rollout or instance {target!r} in {path}; `repro inspect {path}` lists them")
-    by_rollout = {r.rollout_id: r for r in reports}
-    for rollout_id in rollout_ids:
-        rollout = store.get_rollout(rollout_id)
-        if rollout is None:
-            out.print(f"rollout {rollout_id} has a report but is not in the trace store")
+    for entry in chosen:
+        if entry.store is None or entry.rollout is None:
+            out.print(f"rollout {entry.rollout_id} has a report but is not in the trace store")
             continue
-        out.print(rollout_view(rollout, store.calls(rollout_id), by_rollout.get(rollout_id)))
-        out.print(calls_table(store, rollout_id))
-        out.print(samples_view(store, rollout_id, samples))
+        store = open_store(entry.store)
+        try:
+            out.print(rollout_view(entry.rollout, store.calls(entry.rollout_id), entry.report))
+            out.print(calls_table(store, entry.rollout_id))
+            out.print(samples_view(store, entry.rollout_id, samples))
+        finally:
+            store.close()

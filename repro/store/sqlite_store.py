@@ -152,6 +152,12 @@ class SqliteTraceStore:
         sql = f"SELECT count(*) FROM calls WHERE rollout_id IN ({marks})"
         return int(self.conn.execute(sql, ids).fetchone()[0])
 
+    def usage_by_rollout(self) -> dict[str, tuple[int, int, int]]:
+        """rollout id -> (calls, prompt tokens, completion tokens) over every rollout with calls, in one query."""
+        sql = ("SELECT rollout_id, count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0) "
+               "FROM calls GROUP BY rollout_id")
+        return {row[0]: (int(row[1]), int(row[2]), int(row[3])) for row in self.conn.execute(sql)}
+
     def policy_versions(self, rollout_ids: Iterable[str]) -> dict[int | None, int]:
         """Calls of ``rollout_ids`` by the policy version that served them (``None``: no version was set)."""
         ids = list(rollout_ids)

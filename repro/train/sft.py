@@ -54,7 +54,9 @@ def sft_steps(cfg: SftConfig, n_rows: int) -> int:
     return max(1, math.ceil(n_rows * cfg.epochs / cfg.batch_size))
 
 
-def trl_args(cfg: SftConfig, n_rows: int, work_dir: Path) -> TrlSFTConfig:
+def trl_args(cfg: SftConfig, n_rows: int, work_dir: Path, report_to: str = "none",
+             run_name: str | None = None) -> TrlSFTConfig:
+    """trl's settings; ``report_to``/``run_name``: the tracker transformers logs to (``repro.tracking``)."""
     steps = sft_steps(cfg, n_rows)
     decay = max(1, int(steps * cfg.decay_fraction))
     return TrlSFTConfig(
@@ -64,7 +66,8 @@ def trl_args(cfg: SftConfig, n_rows: int, work_dir: Path) -> TrlSFTConfig:
         lr_scheduler_kwargs={"num_decay_steps": decay, "min_lr_ratio": cfg.min_lr_ratio, "decay_type": "linear"},
         bf16=cfg.bf16, use_cpu=resolve_device(cfg.device) == "cpu", seed=cfg.seed, data_seed=cfg.seed,
         logging_steps=cfg.logging_steps,
-        save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0, max_length=None,
+        save_strategy="no", report_to=report_to, run_name=run_name, disable_tqdm=True, dataloader_num_workers=0,
+        max_length=None,
         train_sampling_strategy=cfg.sampling, fsdp=fsdp_option(cfg),
         **({"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}),
     )
@@ -77,8 +80,10 @@ def fsdp_option(cfg: SftConfig) -> str:
     return "full_shard auto_wrap offload" if cfg.fsdp_offload else "full_shard auto_wrap"
 
 
-def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: SftConfig) -> dict[str, Any]:
-    """Fine-tune the checkpoint in ``model_dir`` on ``rows``; save a servable checkpoint to ``out_dir``."""
+def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: SftConfig, report_to: str = "none",
+              run_name: str | None = None) -> dict[str, Any]:
+    """Fine-tune the checkpoint in ``model_dir`` on ``rows``; save a servable checkpoint to ``out_dir``;
+    ``report_to``: transformers' tracker (inside ``repro.tracking.trainer_reporting``)."""
     if not rows:
         raise ValueError("no demonstration rows to train on: did the expert's rollouts record token ids?")
     if cfg.torch_threads:
@@ -86,7 +91,7 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
     started = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    args = trl_args(cfg, len(rows), Path(out_dir).with_name(Path(out_dir).name + ".trainer"))
+    args = trl_args(cfg, len(rows), Path(out_dir).with_name(Path(out_dir).name + ".trainer"), report_to, run_name)
     trainer = SFTTrainer(model=model, args=args, train_dataset=rows_dataset(rows), processing_class=tokenizer,
                          peft_config=lora_config(cfg))
     trainer.remove_callback(PrinterCallback)

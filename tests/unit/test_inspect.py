@@ -96,11 +96,11 @@ def test_run_listing_groups_samples_by_outcome_with_reasons(tmp_path: Path, caps
     run = _run_dir(tmp_path)
     inspect_path(run)
     out = capsys.readouterr().out
-    assert out.index("resolved (1)") < out.index("unresolved (1)") < out.index("error (1)")
+    assert out.index("resolved (1)") < out.index("unresolved (1)") < out.index("infrastructure failures (")
     assert "FAIL_TO_PASS failed: 1 of 1" in out and "test patch did not apply" in out
     assert "harness crashed: worker died" in out and "LimitsExceeded" in out
-    assert "infrastructure failures 1" in out
-    assert "no report (1)" in out and "r-lost" in out  # registered but never graded
+    assert "infra-failure 1" in out
+    assert "no report: in flight" in out and "r-lost" in out  # registered but never graded
 
 
 def test_one_rollout_shows_turns_and_verdict(tmp_path: Path, capsys) -> None:
@@ -125,8 +125,8 @@ def test_unknown_targets_and_store_only_paths(tmp_path: Path, capsys) -> None:
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / "traces.sqlite").write_bytes((run / "traces.sqlite").read_bytes())
-    inspect_path(bare)  # no reports: the store-level table, as before
+    inspect_path(bare)  # no reports: every rollout in the store-level table
     out = capsys.readouterr().out
-    assert "rollouts" in out and "r-good" in out and "prefix extends" in out
+    assert "4 rollouts" in out and "r-good" in out and "prefix extends" in out
     with pytest.raises(SystemExit, match="no trace store"):
         inspect_path(tmp_path / "missing")
