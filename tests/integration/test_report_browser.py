@@ -21,6 +21,8 @@ from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.loaders import write_tasks
 from tests.browser_support import Page, chromium, small_png
 
+pytestmark = pytest.mark.e2e  # a whole `repro run` (and a wheel build / a browser) on a real stack
+
 REPO = Path(__file__).parents[2]
 WIDTH, HEIGHT = 1280, 1200
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=2, families=["procedural"], difficulty="one_step")

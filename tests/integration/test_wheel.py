@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # a whole `repro run` (and a wheel build / a browser) on a real stack
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("repro", "harness_adapters")
 BUILD_INPUTS = ("pyproject.toml", "README.md")
