@@ -20,7 +20,7 @@ from repro.serving.commands import start_cpu_server_process, stop_process
 from repro.serving.cpu_server_args import CpuServerArgs
 from repro.serving.vllm_launcher import VLLMConfig, check_vllm_installed, launch_vllm
 from repro.serving.vllm_weights import DEV_MODE_ENV, reload_weights
-from repro.train.sync import push_weights
+from repro.train.rl import push_weights
 
 
 @dataclass

@@ -31,8 +31,7 @@ from repro.store import open_store
 from repro.tasks.loaders import write_tasks
 from repro.tasks.schema import Task
 from repro.tracking import TrackingConfig, trainer_reporting
-from repro.train.config import SftConfig
-from repro.train.device import non_default_device_settings
+from repro.train.config import SftConfig, non_default_device_settings
 from repro.train.sft import sft_steps, sft_train
 
 log = logging.getLogger(__name__)

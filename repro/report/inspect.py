@@ -18,8 +18,7 @@ from rich.table import Table
 from repro.report.rollout_index import STORE_FILE, index_run, scan_run, select
 from repro.report.run_view import Selection, resolve_target, run_overview
 from repro.report.turns import rollout_view
-from repro.samples import SampleConfig
-from repro.samples.view import samples_view
+from repro.samples import SampleConfig, rows_view
 from repro.store import CallRecord, SqliteTraceStore, open_store
 
 
@@ -103,6 +102,6 @@ def inspect_path(path: Path, target: str | None = None, samples: SampleConfig | 
         try:
             out.print(rollout_view(entry.rollout, store.calls(entry.rollout_id), entry.report))
             out.print(calls_table(store, entry.rollout_id))
-            out.print(samples_view(store, entry.rollout_id, samples))
+            out.print(rows_view(store, entry.rollout_id, samples))
         finally:
             store.close()

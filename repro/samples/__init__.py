@@ -1,18 +1,32 @@
-"""Stored rollouts -> training rows (the unit the RL trainer trains on): fragments, weights, advantages."""
+"""Stored rollouts -> training rows (the unit the RL trainer trains on): ``rows`` (calls -> fragments -> row
+weights -> GRPO advantages, and :class:`SampleConfig`), ``build`` (``build_rows`` / :class:`SampleSet` from a
+store, and the inspect view). Neither imports the store or numpy at import time: the CLI's parser reads
+``MODES``, ``WEIGHTINGS`` and the :class:`SampleConfig` defaults."""
 
-from repro.samples.advantages import SCALES, advantages, group_advantages, group_key, masked_reason
 from repro.samples.build import (
     RolloutSamples,
     Row,
-    SampleConfig,
     SampleSet,
     build_rows,
     build_sample_set,
     group_sample_set,
     rollout_samples,
+    rows_view,
 )
-from repro.samples.rows import MODES, Fragment, SkippedCall, fragments
-from repro.samples.weights import WEIGHTINGS, row_weights
+from repro.samples.rows import (
+    MODES,
+    SCALES,
+    WEIGHTINGS,
+    Fragment,
+    SampleConfig,
+    SkippedCall,
+    advantages,
+    fragments,
+    group_advantages,
+    group_key,
+    masked_reason,
+    row_weights,
+)
 
 __all__ = [
     "MODES",
@@ -34,4 +48,5 @@ __all__ = [
     "masked_reason",
     "rollout_samples",
     "row_weights",
+    "rows_view",
 ]

@@ -1,4 +1,5 @@
-"""Stored rollouts -> training rows: fragments, row weights and group-relative advantages together.
+"""Stored rollouts -> training rows (:mod:`repro.samples.rows` applied per rollout and group), and the
+``repro inspect RUN ROLLOUT`` view of how a rollout's calls became rows ("calls -> rows").
 
 Use in the loss: per row, the token mean of the per-token loss over ``loss_mask``; times ``weight``; summed
 over the batch's rows and divided by the batch's total weight (:meth:`SampleSet.total_weight`, which with
@@ -8,39 +9,26 @@ NaN old logprobs on their sampled tokens.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from repro.samples.advantages import advantages, check_scale, group_key, masked_reason
-from repro.samples.rows import DEFAULT_TRAIN_PURPOSES, Fragment, SkippedCall, check_mode, fragments
-from repro.samples.weights import check_weighting, row_weights
-from repro.store import CallRecord, RolloutRecord, SqliteTraceStore
-from repro.store.records import CALL_PURPOSES
+from repro.samples.rows import (
+    Fragment,
+    SampleConfig,
+    SkippedCall,
+    advantages,
+    fragments,
+    group_key,
+    masked_reason,
+    row_weights,
+)
 
+if TYPE_CHECKING:  # the store package imports numpy; the CLI's parser imports this package
+    from rich.console import RenderableType
 
-@dataclass(frozen=True)
-class SampleConfig:
-    """How rollouts become rows (see :mod:`repro.samples.rows`, ``weights`` and ``advantages``)."""
-
-    mode: str = "prefix_merge"  # "per_call" | "prefix_merge"
-    weighting: str = "rollout"  # "rollout" | "fragment"
-    scale_rewards: str = "group"  # "group": (r - mean) / (std + eps) | "none": r - mean
-    eps: float = 1e-4
-    include_modes: tuple[str, ...] | None = None  # rollout modes to train on (None: all); others are masked
-    train_purposes: tuple[str, ...] = DEFAULT_TRAIN_PURPOSES  # call purposes to train on (auxiliary: skipped)
-
-    def __post_init__(self) -> None:
-        check_mode(self.mode)
-        check_weighting(self.weighting)
-        check_scale(self.scale_rewards)
-        if not self.eps > 0:
-            raise ValueError(f"eps must be > 0; got {self.eps!r}")
-        if isinstance(self.include_modes, str):
-            raise ValueError(f"include_modes must be a tuple of modes, e.g. ('train',); got {self.include_modes!r}")
-        if isinstance(self.train_purposes, str) or not set(self.train_purposes) <= set(CALL_PURPOSES):
-            raise ValueError(f"train_purposes must be a tuple of {', '.join(CALL_PURPOSES)}; "
-                             f"got {self.train_purposes!r}")
-        object.__setattr__(self, "train_purposes", tuple(self.train_purposes))
+    from repro.store import CallRecord, RolloutRecord, SqliteTraceStore
 
 
 @dataclass
@@ -173,3 +161,67 @@ def group_sample_set(store: SqliteTraceStore, rollout_id: str, config: SampleCon
     key = group_key(rollout)
     members = [r for r in store.list_rollouts(rollout.run_id) if group_key(r) == key]
     return build_sample_set(((r, store.calls(r.rollout_id)) for r in members), config)
+
+
+def _seqs(seqs: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    spans: list[list[int]] = []
+    for seq in seqs:
+        if spans and seq == spans[-1][1] + 1:
+            spans[-1][1] = seq
+        else:
+            spans.append([seq, seq])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def header(info: RolloutSamples, config: SampleConfig) -> str:
+    """One line: the rollout's status, reward and masking, and how rows are built."""
+    reward = "-" if info.reward is None else f"{info.reward:g}"
+    masked = f"MASKED ({info.masked})" if info.masked else "trained"
+    return (f"rollout {info.rollout_id} -> rows: {info.status}, reward {reward}, {masked} · mode {config.mode}, "
+            f"weighting {config.weighting}, scale {config.scale_rewards}")
+
+
+def rows_table(info: RolloutSamples, group: SampleSet) -> RenderableType:
+    """For each row: the calls merged, its token counts, weight and advantage (within the rollout's group)."""
+    from rich.table import Table
+
+    valid = sum(1 for r in group.rollouts.values() if r.masked is None)
+    table = Table(title=f"calls -> rows of rollout {info.rollout_id} ({info.n_calls} calls, {info.n_rows} rows)",
+                  caption=f"advantage within group {info.group_id}: {len(group.rollouts)} rollouts, {valid} valid")
+    for column in ("row", "call seqs", "tokens", "sampled (mask=1)", "masked out", "weight", "advantage",
+                   "logprobs"):
+        table.add_column(column, no_wrap=True)
+    for row in info.rows:
+        table.add_row(str(row.row_index), _seqs(row.call_seqs), str(row.n_tokens), str(row.n_sampled),
+                      str(row.n_tokens - row.n_sampled), f"{row.weight:.4f}", f"{row.advantage:+.4f}",
+                      "ok" if row.logprobs_complete else "MISSING (NaN)")
+    return table
+
+
+def skipped_line(skipped: list[SkippedCall]) -> str | None:
+    """The calls that gave no rows, grouped by reason."""
+    if not skipped:
+        return None
+    by_reason: dict[str, list[int]] = defaultdict(list)
+    for call in skipped:
+        by_reason[call.reason].append(call.seq)
+    parts = [f"{reason}: seq {_seqs(seqs)}" for reason, seqs in by_reason.items()]
+    return f"skipped calls ({len(skipped)}): " + "; ".join(parts)
+
+
+def rows_view(store: SqliteTraceStore, rollout_id: str, config: SampleConfig | None = None) -> RenderableType:
+    """``repro inspect RUN ROLLOUT``'s "calls -> rows": header, rows table and skipped calls of one rollout, its
+    advantage taken within its group (rich imported here: only the terminal view needs it)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    config = config or SampleConfig()
+    sample_set = group_sample_set(store, rollout_id, config)
+    info = sample_set.rollouts[rollout_id]
+    parts: list[RenderableType] = [Text(header(info, config))]
+    parts.append(rows_table(info, sample_set) if info.rows else Text("no rows: no trainable call"))
+    skipped = skipped_line(info.skipped)
+    if skipped is not None:
+        parts.append(Text(skipped))
+    return Group(*parts)

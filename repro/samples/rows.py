@@ -1,28 +1,99 @@
-"""One rollout's ordered calls -> fragments: token rows with a loss mask and the sampler's logprobs.
+"""Stored calls -> training rows, step by step: fragments, row weights and GRPO advantages, and their settings.
 
-A fragment's ``input_ids`` are the last call it holds' prompt + completion. ``loss_mask`` is 1 exactly on
-tokens the model sampled (the completions of the calls it holds) and 0 on everything else (system prompt,
-tool outputs, template text). ``old_logprobs`` are aligned to ``input_ids``: 0.0 where the mask is 0, the
-call's logprob of each sampled token where it is 1, and NaN where the call recorded no (or misaligned)
-logprobs; such fragments list the call in ``missing_logprob_seqs`` so a trainer can refuse them.
+**Fragments.** A rollout's ordered calls -> token rows with a loss mask and the sampler's logprobs. A fragment's
+``input_ids`` are the last call it holds' prompt + completion. ``loss_mask`` is 1 exactly on tokens the model
+sampled (the completions of the calls it holds) and 0 on everything else (system prompt, tool outputs, template
+text). ``old_logprobs`` are aligned to ``input_ids``: 0.0 where the mask is 0, the call's logprob of each sampled
+token where it is 1, and NaN where the call recorded no (or misaligned) logprobs; such fragments list the call in
+``missing_logprob_seqs`` so a trainer can refuse them. Calls are trained on only when their purpose is in
+``train_purposes`` (default: the agent's own ``policy`` calls and condenser ``summary`` calls; a harness's
+``auxiliary`` side calls such as OpenCode's title request are skipped). In ``prefix_merge`` a call only extends a
+fragment of its own purpose, so side calls that arrive between the agent's calls do not break its chain.
 
-Calls are trained on only when their purpose is in ``train_purposes`` (default: the agent's own ``policy``
-calls and condenser ``summary`` calls; a harness's ``auxiliary`` side calls such as OpenCode's title request
-are skipped). In ``prefix_merge`` a call only extends a fragment of its own purpose, so side calls that arrive
-between the agent's calls do not break its chain.
+**Row weights**: how much each row of a rollout counts in the loss. ``rollout``: the rows of one rollout share one
+rollout's weight, split by sampled tokens, so the weights of a rollout sum to 1 and (with a per-row token-mean
+loss) the rollout contributes its per-token mean loss. ``fragment``: every row weighs 1.0, i.e. each fragment
+counts as its own episode (a rollout broken into 10 fragments then counts 10 times as much as an unbroken one).
+
+**Advantages** (GRPO): group-relative, over the rollouts of one group, and which rollouts are masked. A rollout is
+masked when it has no reward to learn from: it failed for infrastructure reasons (status ``failed``), has not
+finished, or has no (finite) reward; or when its mode (train/eval/demo) is not among ``include_modes`` (None:
+every mode). Masked rollouts are left out of their group's statistics and get advantage 0.0; they are never scored
+as reward 0. With ``scale="group"`` the advantage is ``(r - mean) / (std + eps)`` with the *population* std
+(ddof=0; trl's GRPO uses torch's default sample std, ddof=1, which is larger by sqrt(n / (n - 1)) for a group of
+n); with ``"none"`` it is ``r - mean``. A group with fewer than two valid rollouts, or whose valid rewards are all
+equal, gives advantage 0.0 to all of them.
+
+The CLI's parser reads this module's constants and :class:`SampleConfig`'s defaults, so it imports the store
+(whose package imports numpy) only for type checking and when a :class:`SampleConfig` is built.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from repro.store import CallRecord
+if TYPE_CHECKING:
+    from repro.store import CallRecord, RolloutRecord
 
 MODES = ("per_call", "prefix_merge")
+WEIGHTINGS = ("rollout", "fragment")
+SCALES = ("group", "none")
 DEFAULT_TRAIN_PURPOSES = ("policy", "summary")
 TRAINABLE_STATUSES = ("ok", "truncated")  # truncated = finish_reason "length": the tokens were still sampled
 NAN = float("nan")
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"samples mode must be one of {', '.join(MODES)}; got {mode!r}")
+    return mode
+
+
+def check_weighting(weighting: str) -> str:
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}; got {weighting!r}")
+    return weighting
+
+
+def check_scale(scale: str) -> str:
+    if scale not in SCALES:
+        raise ValueError(f"scale_rewards must be one of {', '.join(SCALES)}; got {scale!r}")
+    return scale
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    """How rollouts become rows: fragments (``mode``, ``train_purposes``), row weights (``weighting``) and
+    advantages (``scale_rewards``, ``eps``, ``include_modes``)."""
+
+    mode: str = "prefix_merge"  # "per_call" | "prefix_merge"
+    weighting: str = "rollout"  # "rollout" | "fragment"
+    scale_rewards: str = "group"  # "group": (r - mean) / (std + eps) | "none": r - mean
+    eps: float = 1e-4
+    include_modes: tuple[str, ...] | None = None  # rollout modes to train on (None: all); others are masked
+    train_purposes: tuple[str, ...] = DEFAULT_TRAIN_PURPOSES  # call purposes to train on (auxiliary: skipped)
+
+    def __post_init__(self) -> None:
+        from repro.store.records import CALL_PURPOSES  # here, not at the top: see the module's docstring
+
+        check_mode(self.mode)
+        check_weighting(self.weighting)
+        check_scale(self.scale_rewards)
+        if not self.eps > 0:
+            raise ValueError(f"eps must be > 0; got {self.eps!r}")
+        if isinstance(self.include_modes, str):
+            raise ValueError(f"include_modes must be a tuple of modes, e.g. ('train',); got {self.include_modes!r}")
+        if isinstance(self.train_purposes, str) or not set(self.train_purposes) <= set(CALL_PURPOSES):
+            raise ValueError(f"train_purposes must be a tuple of {', '.join(CALL_PURPOSES)}; "
+                             f"got {self.train_purposes!r}")
+        object.__setattr__(self, "train_purposes", tuple(self.train_purposes))
+
+
+# Calls -> fragments.
 
 
 @dataclass
@@ -59,12 +130,6 @@ class Fragment:
         self.input_ids.extend(completion)
         self.loss_mask.extend([0] * len(new_prompt) + [1] * len(completion))
         self.old_logprobs.extend([0.0] * len(new_prompt) + list(logprobs))
-
-
-def check_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise ValueError(f"samples mode must be one of {', '.join(MODES)}; got {mode!r}")
-    return mode
 
 
 def skip_reason(call: CallRecord, train_purposes: Sequence[str] = DEFAULT_TRAIN_PURPOSES) -> str | None:
@@ -119,3 +184,76 @@ def fragments(calls: Sequence[CallRecord], mode: str = "prefix_merge",
         out.append(fragment)
         latest[call.purpose] = fragment
     return out, skipped
+
+
+# Row weights.
+
+
+def rollout_weights(sampled: Sequence[int]) -> list[float]:
+    """Each row's share of the rollout's sampled tokens (1/n_rows each when nothing was sampled)."""
+    total = sum(sampled)
+    if total <= 0:
+        return [1.0 / len(sampled)] * len(sampled)
+    return [n / total for n in sampled]
+
+
+def row_weights(sampled: Sequence[int], weighting: str = "rollout") -> list[float]:
+    """Weights of one rollout's rows, given each row's number of sampled (mask=1) tokens."""
+    check_weighting(weighting)
+    if not sampled:
+        return []
+    if weighting == "fragment":
+        return [1.0] * len(sampled)
+    return rollout_weights(sampled)
+
+
+# GRPO advantages and masking.
+
+
+def group_key(rollout: RolloutRecord) -> str:
+    """The GRPO group: ``group_id``, else the task, else the rollout alone."""
+    return rollout.group_id or rollout.task_id or rollout.rollout_id
+
+
+def masked_reason(rollout: RolloutRecord, include_modes: Collection[str] | None = None) -> str | None:
+    """Why the rollout must not be trained on (None when it can)."""
+    if include_modes is not None and rollout.mode not in include_modes:
+        return f"mode {rollout.mode} not included ({', '.join(include_modes)})"
+    if rollout.status == "failed":
+        return f"infrastructure failure: {rollout.failure_reason or 'no reason recorded'}"
+    if rollout.status in ("pending", "running"):
+        return f"rollout {rollout.status}: not finished"
+    if rollout.reward is None:
+        return "no reward"
+    if not math.isfinite(rollout.reward):
+        return f"non-finite reward {rollout.reward}"
+    return None
+
+
+def group_advantages(rewards: Sequence[float], scale: str = "group", eps: float = 1e-4) -> list[float]:
+    """Advantages of one group's valid rewards, in order."""
+    check_scale(scale)
+    if len(rewards) < 2:
+        return [0.0] * len(rewards)
+    mean = sum(rewards) / len(rewards)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+    if std == 0.0:
+        return [0.0] * len(rewards)
+    denom = std + eps if scale == "group" else 1.0
+    return [(r - mean) / denom for r in rewards]
+
+
+def advantages(rollouts: Iterable[RolloutRecord], scale: str = "group", eps: float = 1e-4,
+               include_modes: Collection[str] | None = None) -> dict[str, float]:
+    """Rollout id -> advantage, groups formed by :func:`group_key`; masked rollouts get 0.0."""
+    out: dict[str, float] = {}
+    groups: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for rollout in rollouts:
+        if masked_reason(rollout, include_modes) is None and rollout.reward is not None:
+            groups[group_key(rollout)].append((rollout.rollout_id, float(rollout.reward)))
+        else:
+            out[rollout.rollout_id] = 0.0
+    for members in groups.values():
+        values = group_advantages([reward for _, reward in members], scale, eps)
+        out.update({rollout_id: a for (rollout_id, _), a in zip(members, values, strict=True)})
+    return out

@@ -1,12 +1,50 @@
-"""The trainer's settings (one dataclass per phase; Hydra groups mirror them one to one)."""
+"""The trainer's settings: where and how it runs (:class:`DeviceSettings`, shared by both phases) and one dataclass
+per phase (Hydra groups mirror them one to one). No torch here: the torch side is :mod:`repro.train.device`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from repro.train.device import DeviceSettings
-
+DEVICES = ("cpu", "cuda", "auto")
 WEIGHTINGS = ("rollout", "fragment")
+
+
+@dataclass
+class DeviceSettings:
+    """The settings SFT and RL share (both configs inherit them; Hydra groups set them per phase).
+
+    ``lora_rank`` 0 trains every weight; > 0 trains LoRA adapters on ``lora_target_modules`` (peft's
+    ``all-linear`` by default) and saves merged weights, so a servable checkpoint never needs peft.
+    ``fsdp`` shards parameters, gradients and optimizer state across the processes of a distributed launch
+    (``fsdp_offload`` moves them to CPU memory); in a single process it changes nothing.
+    """
+
+    device: str = "cpu"  # cpu | cuda | auto (cuda when available)
+    bf16: bool = False  # bf16 autocast (on this CPU measured ~9x slower than fp32: no native bf16 matmul)
+    gradient_checkpointing: bool = False
+    lora_rank: int = 0
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: str = "all-linear"
+    fsdp: bool = False
+    fsdp_offload: bool = False
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"trainer device must be one of {DEVICES}, got {self.device!r}")
+        if self.lora_rank < 0:
+            raise ValueError(f"lora_rank must be >= 0 (0: full fine-tuning), got {self.lora_rank}")
+
+
+DEFAULT_DEVICE_SETTINGS = DeviceSettings()
+
+
+def non_default_device_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` without the device fields that sit at their defaults (keeps cache keys made before they
+    existed valid: the defaults reproduce the old behaviour)."""
+    defaults = vars(DEFAULT_DEVICE_SETTINGS)
+    return {k: v for k, v in settings.items() if k not in defaults or k == "bf16" or v != defaults[k]}
 
 
 @dataclass
@@ -14,7 +52,7 @@ class SftConfig(DeviceSettings):
     """Supervised warm start on demonstration rows (loss on sampled tokens only), run with trl's SFTTrainer.
 
     The schedule is warm-up, constant, then linear decay to ``min_lr_ratio`` (transformers' WSD schedule).
-    Device, precision, gradient checkpointing and LoRA: :class:`~repro.train.device.DeviceSettings`.
+    Device, precision, gradient checkpointing and LoRA: :class:`DeviceSettings`.
     """
 
     epochs: float = 4.0
@@ -40,7 +78,7 @@ class RlConfig(DeviceSettings):
     rollouts (importance ratios against the recorded sampling logprobs keep later ones on-policy enough).
     ``on_policy_log_ratio_max``: the first update of every batch must see the policy that sampled it, so its
     max |log ratio| between the trainer's and the recorded logprobs above this fails the run (0: no check).
-    Device, precision, gradient checkpointing, LoRA and FSDP: :class:`~repro.train.device.DeviceSettings`.
+    Device, precision, gradient checkpointing, LoRA and FSDP: :class:`DeviceSettings`.
     """
 
     weighting: str = "rollout"

@@ -1,4 +1,5 @@
-"""Where and how the one trainer runs: device, precision, gradient checkpointing, LoRA and FSDP, through accelerate.
+"""Where and how the one trainer runs: device, precision, gradient checkpointing, LoRA and FSDP, through accelerate
+(the settings: :class:`~repro.train.config.DeviceSettings`; the helpers here are the torch side, used by RL and SFT).
 
 The CPU miniature runs with every setting at its default (fp32 on the CPU, full fine-tuning): accelerate then wraps
 nothing and the numbers are those of a plain torch loop. On GPUs the same :class:`~repro.train.rl.PolicyTrainer`
@@ -9,50 +10,13 @@ distributed launcher (``accelerate launch`` / ``torchrun``), FSDP with optional 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-DEVICES = ("cpu", "cuda", "auto")
+from repro.train.config import DeviceSettings
+
 LORA_HINT = "LoRA needs peft: pip install -e '.[lora]' (or set trainer.lora_rank=0 for full fine-tuning)"
-
-
-@dataclass
-class DeviceSettings:
-    """The settings SFT and RL share (both configs inherit them; Hydra groups set them per phase).
-
-    ``lora_rank`` 0 trains every weight; > 0 trains LoRA adapters on ``lora_target_modules`` (peft's
-    ``all-linear`` by default) and saves merged weights, so a servable checkpoint never needs peft.
-    ``fsdp`` shards parameters, gradients and optimizer state across the processes of a distributed launch
-    (``fsdp_offload`` moves them to CPU memory); in a single process it changes nothing.
-    """
-
-    device: str = "cpu"  # cpu | cuda | auto (cuda when available)
-    bf16: bool = False  # bf16 autocast (on this CPU measured ~9x slower than fp32: no native bf16 matmul)
-    gradient_checkpointing: bool = False
-    lora_rank: int = 0
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: str = "all-linear"
-    fsdp: bool = False
-    fsdp_offload: bool = False
-
-    def __post_init__(self) -> None:
-        if self.device not in DEVICES:
-            raise ValueError(f"trainer device must be one of {DEVICES}, got {self.device!r}")
-        if self.lora_rank < 0:
-            raise ValueError(f"lora_rank must be >= 0 (0: full fine-tuning), got {self.lora_rank}")
-
-
-DEFAULT_DEVICE_SETTINGS = DeviceSettings()
-
-
-def non_default_device_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """``settings`` without the device fields that sit at their defaults (keeps cache keys made before they
-    existed valid: the defaults reproduce the old behaviour)."""
-    defaults = vars(DEFAULT_DEVICE_SETTINGS)
-    return {k: v for k, v in settings.items() if k not in defaults or k == "bf16" or v != defaults[k]}
 
 
 def resolve_device(name: str) -> str:

@@ -45,9 +45,9 @@ report()
 """
 
 
-def imported_by(args: list[str]) -> set[str]:
+def imported_by(args: list[str], probe: str = PROBE) -> set[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, timeout=120,
+    out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, timeout=120,
                          cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -75,3 +75,12 @@ def test_a_running_proxy_imports_no_heavy_module(tmp_path: Path) -> None:
 
 def test_the_check_sees_a_heavy_import() -> None:
     assert heavy({"torch", "argparse", "hydra.core", "repro.serving.commands"}) == ["hydra.core", "torch"]
+
+
+def test_the_inspect_choices_import_neither_the_store_nor_numpy() -> None:
+    """The parser reads ``repro inspect``'s choices from repro.samples: that import stays free of the trace store
+    (whose package imports numpy) and of rich."""
+    modules = imported_by([], "import json, sys\nfrom repro.samples import MODES, WEIGHTINGS, SampleConfig\n"
+                              "print(json.dumps(sorted(sys.modules)))")
+    assert {"repro.samples.rows", "repro.samples.build"} <= modules
+    assert [m for m in modules if m.split(".")[0] in ("numpy", "rich") or m.startswith("repro.store")] == []

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from repro.train.config import RlConfig
-from repro.train.policy_loss import clipped_policy_loss, token_logprobs
-from repro.train.rl import OffPolicyError, PolicyTrainer, check_rows, pad_rows
+from repro.train.rl import OffPolicyError, PolicyTrainer, check_rows, clipped_policy_loss, pad_rows, token_logprobs
 
 
 @dataclass

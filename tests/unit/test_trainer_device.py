@@ -1,6 +1,6 @@
-"""The one trainer's device settings (repro.train.device): the CPU defaults are a plain torch loop, bit for bit;
-LoRA trains adapters only and saves merged weights that load without peft; gradient checkpointing changes memory,
-not the update; a GPU asked for where there is none is a clear error."""
+"""The one trainer's device settings (repro.train.config.DeviceSettings, applied by repro.train.device): the CPU
+defaults are a plain torch loop, bit for bit; LoRA trains adapters only and saves merged weights that load without
+peft; gradient checkpointing changes memory, not the update; a GPU asked for where there is none is a clear error."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from repro.testing import FakeTrainingRow
-from repro.train.config import RlConfig, SftConfig
-from repro.train.device import DeviceSettings, non_default_device_settings, resolve_device
-from repro.train.policy_loss import clipped_policy_loss, token_logprobs_and_entropy
-from repro.train.rl import PolicyTrainer, pad_rows
+from repro.train.config import DeviceSettings, RlConfig, SftConfig, non_default_device_settings
+from repro.train.device import resolve_device
+from repro.train.rl import PolicyTrainer, clipped_policy_loss, pad_rows, token_logprobs_and_entropy
 from repro.train.sft import sft_train
 
 CFG = {"learning_rate": 1e-3, "updates_per_batch": 2, "micro_batch_rows": 4, "on_policy_log_ratio_max": 0.0}

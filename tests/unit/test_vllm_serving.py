@@ -45,7 +45,7 @@ def test_weight_sync_goes_by_the_kind_of_server(tmp_path: Path, monkeypatch: pyt
         seen.append((url, json["model_dir"]))
         return httpx.Response(200, json={"ok": True})
 
-    monkeypatch.setattr("repro.train.sync.httpx.post", fake_post)
+    monkeypatch.setattr("repro.train.rl.httpx.post", fake_post)
     cpu = Stack(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:10", ProxyConfig(), "tiny")
     assert cpu.sync_weights(tmp_path / "step") >= 0
     assert seen == [("http://127.0.0.1:9/v1/load_weights", str((tmp_path / "step").resolve()))]
