@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from repro.store.records import CALL_PURPOSES
-
 PURPOSE_SEGMENT = "purpose"
 
 
@@ -20,6 +18,8 @@ def purpose_base_url(base_url: str, purpose: str) -> str:
 
 def check_purpose(purpose: str) -> str:
     """``purpose`` if it is one of CALL_PURPOSES, else ValueError naming the choices."""
+    from repro.store.records import CALL_PURPOSES  # here: the store's package imports numpy, --help need not
+
     if purpose not in CALL_PURPOSES:
         raise ValueError(f"unknown call purpose {purpose!r}; known: {', '.join(CALL_PURPOSES)}")
     return purpose

@@ -12,7 +12,6 @@ from pathlib import Path
 import orjson
 
 from repro.net import wait_for_http
-from repro.proxy.app import ProxyApp
 from repro.proxy.config import UPSTREAM_API_KEY_ENV, ProxyConfig
 
 
@@ -20,6 +19,8 @@ def serve(config: ProxyConfig) -> None:
     """Serve until interrupted (blocking). SIGTERM/SIGINT: calls in flight get ``shutdown_timeout_s`` to finish,
     then are cancelled; the writer flushes what it holds (bounded) and the process exits."""
     import uvicorn
+
+    from repro.proxy.app import ProxyApp
 
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     http = "httptools" if importlib.util.find_spec("httptools") else "h11"

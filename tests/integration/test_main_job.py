@@ -24,7 +24,7 @@ def test_frozen_eval_run_evaluates_and_prints_the_table(tmp_path: Path) -> None:
     run_dir = metrics_path.parent
     assert len(json.loads((run_dir / "preds.json").read_text())) == 2
     shown = repro_cli("inspect", str(run_dir), cwd=tmp_path)
-    assert shown.returncode == 0 and "2 samples" in shown.stdout
+    assert shown.returncode == 0 and "2 rollouts in 1 phase" in shown.stdout
     table = repro_cli("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
     assert table.returncode == 0, table.stderr[-2000:]
     assert metrics["fingerprint"][:8] in (tmp_path / "results" / "eval_bundled.md").read_text()

@@ -62,6 +62,7 @@ def test_help_imports_no_heavy_module(args: list[str]) -> None:
     modules = imported_by(args)
     assert "repro.cli" in modules and "argparse" in modules  # the probe saw the command run
     assert heavy(modules) == []
+    assert [m for m in modules if m.split(".")[0] == "numpy" or m.startswith("repro.store")] == []  # help: no store
 
 
 def test_a_running_proxy_imports_no_heavy_module(tmp_path: Path) -> None:
