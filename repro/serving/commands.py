@@ -32,7 +32,12 @@ __all__ = [
 def add_build_model_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``build-model`` on an argparse subparsers object."""
     p = subparsers.add_parser("build-model", help="build the tiny offline model (tokenizer + random Qwen3)")
-    p.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
+    p.add_argument("--out", type=Path, default=None,
+                   help="checkpoint directory to write (required with --tokenizer bpe; with --tokenizer qwen3 and no "
+                        "--out, only the tokenizer is built into the cache and its folder printed)")
+    p.add_argument("--tokenizer", choices=["bpe", "qwen3"], default="bpe",
+                   help="bpe: a byte-level BPE trained on --corpus (--vocab-size); qwen3: Qwen3's exact tokenizer and "
+                        "chat template, built offline from the quicktok-v1 package (extra qwen3-tokenizer)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--corpus",
@@ -56,7 +61,24 @@ def add_build_model_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def build_model_command(args: argparse.Namespace) -> int:
-    """Run ``build-model``: write the checkpoint and print its manifest path."""
+    """Run ``build-model``: write the checkpoint and print its manifest path (or, for ``--tokenizer qwen3`` without
+    ``--out``, build the cached tokenizer and print its folder)."""
+    from repro.tinymodel.qwen3_tokenizer import MissingExtraError
+
+    try:
+        return _build_model(args)
+    except MissingExtraError as exc:  # one line naming the extra
+        raise SystemExit(f"repro build-model: {exc}") from None
+
+
+def _build_model(args: argparse.Namespace) -> int:
+    if args.out is None:
+        if args.tokenizer != "qwen3":
+            raise SystemExit("repro build-model: --out is required (except with --tokenizer qwen3)")
+        from repro.tinymodel.qwen3_tokenizer import qwen3_tokenizer_dir
+
+        print(qwen3_tokenizer_dir())
+        return 0
     from repro.tinymodel.model import MANIFEST_NAME, TinyModelConfig, build_tiny_model
 
     extra = json.loads(args.added_tokens.read_text()) if args.added_tokens else []
@@ -71,6 +93,7 @@ def build_model_command(args: argparse.Namespace) -> int:
         num_kv_heads=args.num_kv_heads,
         intermediate_size=args.intermediate_size,
         extra_added_tokens=extra,
+        tokenizer=args.tokenizer,
     )
     corpus = [path.read_text(encoding="utf-8") for path in args.corpus]
     out = build_tiny_model(args.out, config, corpus)

@@ -68,13 +68,21 @@ class TinyModelConfig:
     # The recipe tokenizer: the harness's fixed paragraphs, tools block, tool-call wrapper and submit suffix as
     # single tokens. A job resolves it into extra_added_tokens (repro.jobs.stack.resolve_model_config).
     recipe_tokens: bool = False
+    # "bpe": the BPE above, trained on the corpus; "qwen3": Qwen3's exact tokenizer and chat template
+    # (repro.tinymodel.qwen3_tokenizer; vocab_size, the corpus and extra_added_tokens are then not used).
+    tokenizer: str = "bpe"
+
+
+TOKENIZERS = ("bpe", "qwen3")
 
 
 def config_dict(config: TinyModelConfig) -> dict:
-    """The config as built (``recipe_tokens`` is resolved before a build, so it is left out: hashes of configs
-    from before it existed stay the same)."""
+    """The config as built (``recipe_tokens`` is resolved before a build, so it is left out, and so is the default
+    ``tokenizer``: hashes of configs from before they existed stay the same)."""
     data = asdict(config)
     data.pop("recipe_tokens")
+    if data["tokenizer"] == "bpe":
+        data.pop("tokenizer")
     return data
 
 
@@ -84,9 +92,14 @@ def chat_template() -> str:
 
 
 def inputs_sha256(config: TinyModelConfig, corpus: list[str]) -> str:
-    """sha256 over the config, the corpus texts, the default corpus and the chat template."""
+    """sha256 over the config, the corpus texts, the default corpus and the chat template (for ``tokenizer="qwen3"``
+    also the Qwen3 tokenizer's cache key: package version and its template)."""
     digest = hashlib.sha256()
     digest.update(json.dumps(config_dict(config), sort_keys=True).encode())
+    if config.tokenizer == "qwen3":
+        from repro.tinymodel.qwen3_tokenizer import cache_key
+
+        digest.update(cache_key().encode())
     for text in (*DEFAULT_CORPUS, *corpus, chat_template()):
         digest.update(hashlib.sha256(text.encode("utf-8")).digest())
     return digest.hexdigest()
@@ -126,6 +139,19 @@ def wrap_tokenizer(tok: Tokenizer, max_length: int) -> PreTrainedTokenizerFast:
     )
 
 
+def make_tokenizer(config: TinyModelConfig, corpus: list[str]) -> PreTrainedTokenizerFast:
+    """The checkpoint's tokenizer: the trained BPE, or Qwen3's (built once into the cache)."""
+    if config.tokenizer not in TOKENIZERS:
+        raise ValueError(f"tokenizer must be one of {TOKENIZERS}, got {config.tokenizer!r}")
+    if config.tokenizer == "bpe":
+        return wrap_tokenizer(train_tokenizer(config, corpus), config.max_position_embeddings)
+    from repro.tinymodel.qwen3_tokenizer import qwen3_tokenizer_dir
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(qwen3_tokenizer_dir())
+    tokenizer.model_max_length = config.max_position_embeddings
+    return tokenizer
+
+
 def build_model(config: TinyModelConfig, vocab_size: int, eos_id: int, pad_id: int) -> Qwen3ForCausalLM:
     """Random-init Qwen3 model, seeded by ``config.seed``."""
     model_config = Qwen3Config(
@@ -155,7 +181,7 @@ def build_tiny_model(out_dir: Path, config: TinyModelConfig, corpus: list[str]) 
                          "repro.jobs.stack.resolve_model_config(config, harness_cfg), which fills extra_added_tokens")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = wrap_tokenizer(train_tokenizer(config, corpus), config.max_position_embeddings)
+    tokenizer = make_tokenizer(config, corpus)
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     model = build_model(config, len(tokenizer), eos_id, pad_id)
