@@ -205,6 +205,22 @@ def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "\n" not in str(info.value)
 
 
+def test_build_model_command_prints_the_cached_folder_or_names_the_extra(
+        built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from repro.cli import main
+
+    main(["build-model", "--tokenizer", "qwen3"])
+    assert capsys.readouterr().out.strip() == str(built)
+    monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(__import__("sys").modules, "quicktok", None)
+    with pytest.raises(SystemExit) as info:
+        main(["build-model", "--tokenizer", "qwen3"])
+    assert str(info.value).startswith("repro build-model: ") and "'.[qwen3-tokenizer]'" in str(info.value)
+    assert "\n" not in str(info.value) and not (tmp_path / "tokenizers").exists()
+    with pytest.raises(SystemExit, match="--out is required"):
+        main(["build-model"])
+
+
 def test_merge_derivation_takes_the_last_rank_bpe_step() -> None:
     table = [b"a", b"b", b"c", b"ab", b"bc", b"abc"]  # "abc": "ab" (id 3) joins first, then "ab" + "c"
     assert q3.derive_merges(table) == [(b"a", b"b"), (b"b", b"c"), (b"ab", b"c")]
