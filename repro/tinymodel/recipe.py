@@ -68,7 +68,12 @@ def tiny_model(config: TinyModelConfig, corpus: list[str], harness: Any = None) 
     ``harness`` (its config) is needed when ``config.recipe_tokens`` is set, see
     :func:`resolve_model_config`."""
     config = resolve_model_config(config, harness)
-    key = hashlib.sha256(json.dumps([config_dict(config), corpus], sort_keys=True).encode()).hexdigest()[:16]
+    parts: list[Any] = [config_dict(config), corpus]
+    if config.tokenizer == "qwen3":  # a new quicktok-v1 or Qwen3 template gives a new checkpoint
+        from repro.tinymodel.qwen3_tokenizer import cache_key
+
+        parts.append(cache_key())
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
     out = cache_dir() / "models" / f"tiny-{key}"
     if (out / "repro_model.json").exists():
         return out, True
