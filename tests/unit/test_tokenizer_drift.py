@@ -145,3 +145,21 @@ def test_repro_table_publishes_the_drift_table(tmp_path: Path) -> None:
     assert "| mini-swe-agent@2.4.6 | Qwen3 (151,669 ids) |" in text
     assert "100.0% [" in text and "(1/1)" in text  # one turn, retokenized: a break
     assert "Command: `repro run -m experiment=tokenizer_drift harness=h0,h1`" in text
+
+
+def test_a_replay_the_loop_cannot_continue_counts_the_rest_as_divergent(monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro.rebuilt import fidelity
+
+    class StopsAfterOneCall:  # like a chat template that re-renders earlier turns (TokenConversation refuses)
+        def __init__(self, spec: object, tokenizer: object, model: fidelity.ReplayModel, workdir: object) -> None:
+            self.model, self.conversation = model, None
+
+        def run(self, task: str) -> str:
+            self.model.complete([1, 2])
+            raise ValueError("the chat template re-renders earlier messages")
+
+    monkeypatch.setattr(fidelity, "RebuiltLoop", StopsAfterOneCall)
+    calls = [call(0, [1, 2], [A]), call(1, [1, 2, A, 3], [B])]
+    result = fidelity.replay_rollout(calls, "task", None, TOK, ".")
+    assert result.rebuilt_exit.startswith("ValueError: the chat template")
+    assert [t.identical for t in result.turns] == [True, False]
