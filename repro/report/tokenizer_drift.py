@@ -46,13 +46,13 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
     lengths, replay = run["prompt_tokens"], run.get("replay")
     base = {"harness": run["harness"], "tokenizer": TOKENIZER_NAMES.get(run["tokenizer"], run["tokenizer"]),
             "rollouts": run["rollouts"], "calls": run["calls"]}
-    prompt = f"{lengths['first_prompt_median'] or '-'} / {lengths['max_prompt'] or '-'}"
+    prompt = f"{lengths['first_prompt_median'] or '-'} / {lengths['max_prompt'] or '-'} of {lengths['max_model_len']}"
     if _exceeds_context(run):
         note = (f"prompts exceed the context: {lengths['refused_max']} tokens > max_model_len "
                 f"{lengths['max_model_len']} ({lengths['refused_calls']} calls refused)")
         return base | {"(a) prompt is not previous prompt + completion": note, "break causes": "-",
                        "(b) non-canonical completions": note, "invalid UTF-8": "-",
-                       "(c) rebuilt loop diverges": "-", "prompt tokens (first median / max)": prompt}
+                       "(c) rebuilt loop diverges": "-", "prompt tokens (first median / max of context)": prompt}
     retok = run["retokenization"]
     return base | {
         "(a) prompt is not previous prompt + completion": share_cell(run["prefix_drift_all"], "turns"),
@@ -60,7 +60,7 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
         "(b) non-canonical completions": share_cell(run["retokenization_all"], "completions"),
         "invalid UTF-8": str(sum(p["invalid_utf8"] for p in retok.values())),
         "(c) rebuilt loop diverges": share_cell(replay["share"], "turns") if replay else "n/a",
-        "prompt tokens (first median / max)": prompt,
+        "prompt tokens (first median / max of context)": prompt,
     }
 
 
