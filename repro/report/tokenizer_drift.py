@@ -55,7 +55,8 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
                        "(c) rebuilt loop diverges": "-", "prompt tokens (first median / max of context)": prompt}
     retok = run["retokenization"]
     return base | {
-        "(a) prompt is not previous prompt + completion": share_cell(run["prefix_drift_all"], "turns"),
+        "(a) prompt is not previous prompt + completion": share_cell(run["prefix_drift_all"], "turns") if
+        run["prefix_drift_all"]["n"] else "- (0 turns: no rollout made a second call of one purpose)",
         "break causes": _causes(run["prefix_drift"]),
         "(b) non-canonical completions": share_cell(run["retokenization_all"], "completions"),
         "invalid UTF-8": str(sum(p["invalid_utf8"] for p in retok.values())),
