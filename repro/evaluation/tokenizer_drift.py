@@ -166,8 +166,8 @@ def refused_prompt_tokens(error: str | None) -> int | None:
 
 
 def prompt_lengths(rollouts: Iterable[Sequence[Any]], max_model_len: int | None) -> dict[str, Any]:
-    """Prompt tokens: of each rollout's first call, the largest of any call, and the calls refused as too long
-    for the context (with the largest length refused)."""
+    """Prompt tokens: of each rollout's first policy call, the largest of any call, and the calls refused as too
+    long for the context (with the largest length refused)."""
     first: list[int] = []
     known: list[int] = []
     refused: list[int] = []
@@ -175,8 +175,9 @@ def prompt_lengths(rollouts: Iterable[Sequence[Any]], max_model_len: int | None)
         sizes = [_prompt_size(c) for c in calls]
         refused += [n for n in map(refused_prompt_tokens, (c.error for c in calls)) if n is not None]
         known += [n for n in sizes if n]
-        if sizes and sizes[0]:
-            first.append(sizes[0])
+        policy = [n for c, n in zip(calls, sizes, strict=True) if c.purpose == "policy" and n]
+        if policy:
+            first.append(policy[0])
     return {"max_model_len": max_model_len, "first_prompt_median": statistics.median(first) if first else None,
             "max_prompt": max(known, default=None), "refused_calls": len(refused),
             "refused_max": max(refused, default=None)}

@@ -11,6 +11,7 @@ import pandas as pd
 from repro.report.before_after import by_table, run_name
 from repro.report.eval_table import pct
 
+PROMPT_COLUMN = "prompt tokens (first policy call median / max of context)"
 TOKENIZER_NAMES = {"qwen3": "Qwen3 (151,669 ids)", "bpe": "recipe BPE"}
 
 
@@ -52,7 +53,7 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
                 f"{lengths['max_model_len']} ({lengths['refused_calls']} calls refused)")
         return base | {"(a) prompt is not previous prompt + completion": note, "break causes": "-",
                        "(b) non-canonical completions": note, "invalid UTF-8": "-",
-                       "(c) rebuilt loop diverges": "-", "prompt tokens (first median / max of context)": prompt}
+                       "(c) rebuilt loop diverges": "-", PROMPT_COLUMN: prompt}
     retok = run["retokenization"]
     return base | {
         "(a) prompt is not previous prompt + completion": share_cell(run["prefix_drift_all"], "turns") if
@@ -61,7 +62,7 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
         "(b) non-canonical completions": share_cell(run["retokenization_all"], "completions"),
         "invalid UTF-8": str(sum(p["invalid_utf8"] for p in retok.values())),
         "(c) rebuilt loop diverges": share_cell(replay["share"], "turns") if replay else "n/a",
-        "prompt tokens (first median / max of context)": prompt,
+        PROMPT_COLUMN: prompt,
     }
 
 
@@ -107,7 +108,10 @@ def drift_markdown(runs: list[dict[str, Any]]) -> str:
         "UTF-8. (c) the harness's turns whose prompt the rebuilt loop does not reproduce token for token when "
         "the recording is replayed through it (mini-SWE-agent 2.x tool-call mode only). A random-init model "
         "rarely emits a well-formed action, so most rollouts end early (format errors, a reply without a tool "
-        "call); the rates describe sampled token sequences, not a trained policy.", "",
+        "call); the rates describe sampled token sequences, not a trained policy. Its next-token distribution is "
+        "close to uniform whatever the prompt and the per-sample seeds are shared, so (b) counts near-uniform "
+        "draws from the vocabulary, much the same sequences in every harness: it shows how often such sequences "
+        "are non-canonical, not the rate of a trained model.", "",
         "### Per call purpose", "",
         pd.DataFrame([r for run in chosen for r in purpose_rows(run)]).to_markdown(index=False,
                                                                                   disable_numparse=True), "",

@@ -163,3 +163,8 @@ def test_a_replay_the_loop_cannot_continue_counts_the_rest_as_divergent(monkeypa
     result = fidelity.replay_rollout(calls, "task", None, TOK, ".")
     assert result.rebuilt_exit.startswith("ValueError: the chat template")
     assert [t.identical for t in result.turns] == [True, False]
+
+
+def test_the_first_prompt_is_the_first_policy_calls() -> None:
+    calls = [call(0, [1] * 5, [A], purpose="auxiliary"), call(1, [1] * 40, [A])]
+    assert prompt_lengths([calls], 100)["first_prompt_median"] == 40
