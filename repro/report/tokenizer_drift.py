@@ -93,11 +93,14 @@ def drift_markdown(runs: list[dict[str, Any]]) -> str:
     """The table of the newest run per harness, its per-purpose detail, how it was measured and produced."""
     chosen = newest_per_harness(runs)
     first = chosen[0]
+    models, tasks = ({"`" + str(r[key]) + "`" for r in chosen} for key in ("model", "task_distribution"))
+    tokenizers = {TOKENIZER_NAMES.get(r["tokenizer"], r["tokenizer"]) for r in chosen}
     lines = [
         pd.DataFrame([row(r) for r in chosen]).to_markdown(index=False, disable_numparse=True), "",
-        f"Model `{first['model']}` (random init) on the {', '.join(sorted({row(r)['tokenizer'] for r in chosen}))} "
+        f"Model {', '.join(sorted(models))} (random init from one seed; the name "
+        f"is a cache key that also covers the task corpus) on the {', '.join(sorted(tokenizers))} "
         f"tokenizer, sampled at temperature {first['temperature']} with up to {first['max_tokens']} tokens a call, "
-        f"through the recording proxy and the CPU server; tasks `{first['task_distribution']}`. Shares are k/n with "
+        f"through the recording proxy and the CPU server; tasks {', '.join(sorted(tasks))}. Shares are k/n with "
         "a 95% Wilson interval. (a) turns = calls with an earlier call of the same purpose in their rollout "
         "(both with token ids); a break is a prompt that does not start with that call's prompt + sampled "
         "completion (counted from the ids). Causes: *retokenized* = history kept, the reply back as the canonical "
