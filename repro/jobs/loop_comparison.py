@@ -174,7 +174,8 @@ def _metrics(mini: Miniature, before: list[Any], arms: dict[str, Any], fid: dict
     between = _between(arms) if {"proxy", "rebuilt"} <= set(arms) else None
     return {
         "kind": "loop_comparison", "experiment": ev.experiment, "table": ev.experiment, "run_dir": str(mini.run_dir),
-        "fingerprint": spec.fingerprint(), "eval_temperature": ev.temperature, "task_distribution": spec.tasks.name,
+        "fingerprint": spec.fingerprint(), "tokenizer": mini.cfg.model.tokenizer, "eval_temperature": ev.temperature,
+        "task_distribution": spec.tasks.name,
         "train_tasks": mini.train_name, "before": eval_metrics(before, spec, ev.experiment, mini.warm_label),
         "per_instance_before": per_instance(before),
         "habits_before": slip_share(mini.run_dir / "traces.sqlite", before, mini.operators),

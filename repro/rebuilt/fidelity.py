@@ -76,7 +76,10 @@ def replay_rollout(calls: list[Any], task_text: str, spec: LoopSpec, tokenizer: 
     model = ReplayModel(calls, tokenizer)
     loop = RebuiltLoop(spec, tokenizer, model, workdir)
     model.loop = loop
-    exit_status = loop.run(task_text)
+    try:
+        exit_status = loop.run(task_text)
+    except ValueError as exc:  # e.g. a chat template that re-renders earlier turns: the loop cannot go on
+        exit_status = f"{type(exc).__name__}: {exc}"[:120]
     result = RolloutFidelity(rollout_id, harness_version, exit_status)
     for turn, call in enumerate(calls):
         harness = list(call.prompt_ids or [])

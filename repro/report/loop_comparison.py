@@ -100,17 +100,26 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for r in [*(r for run in group for r in arm_rows(run)), *pooled_rows(group)]]
 
 
+def tokenizer_name(run: dict[str, Any]) -> str:
+    """The tokenizer the run's model used: its metrics', else its config's ``model.tokenizer`` (runs before the
+    Qwen3 tokenizer existed recorded neither: the recipe BPE)."""
+    from repro.report.tokenizer_drift import TOKENIZER_NAMES
+
+    kind = run.get("tokenizer") or ((run.get("run_config") or {}).get("model") or {}).get("tokenizer") or "bpe"
+    return TOKENIZER_NAMES.get(kind, kind)
+
+
 def fidelity_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = []
+    rows, tokenizer = [], tokenizer_name(run)
     for version, fid in run.get("fidelity", {}).items():
         if "error" in fid:
-            rows.append({"harness version": version, "rollouts": 0, "note": fid["error"]})
+            rows.append({"harness version": version, "tokenizer": tokenizer, "rollouts": 0, "note": fid["error"]})
             continue
         example = fid.get("example") or {}
         excerpt = "" if not example else \
             f"turn {example['turn']}: harness `{example['harness_excerpt']}` / rebuilt `{example['rebuilt_excerpt']}`"
         rows.append({
-            "harness version": version, "rollouts": fid["rollouts"], "turns": fid["turns"],
+            "harness version": version, "tokenizer": tokenizer, "rollouts": fid["rollouts"], "turns": fid["turns"],
             "divergent turns": fid["divergent_turns"], "divergence rate": pct(fid["divergence_rate"]),
             "first divergent turn": ", ".join(map(str, fid["first_divergent_turns"])) or "-",
             "rebuilt drift": pct(fid["rebuilt_drift_rate"]),
@@ -140,7 +149,9 @@ def comparison_markdown(runs: list[dict[str, Any]]) -> str:
              fidelity.to_markdown(index=False) if len(fidelity) else "(no replays)", "",
              "Divergence rate: share of the harness's turns whose prompt ids the rebuilt loop does not reproduce "
              "token for token; rebuilt drift: share of the rebuilt loop's prompts that differ from re-rendering its "
-             "own messages; `⟦` marks the first differing token."]
+             "own messages; `⟦` marks the first differing token. Tokenizer: the model's (recipe BPE: the project's "
+             "own, trained on the recipe corpus, on both sides of every call; on Qwen3's real tokenizer see "
+             "`fidelity_real_tokenizer.md`)."]
     return "\n".join(lines) + "\n"
 
 

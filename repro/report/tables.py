@@ -3,7 +3,8 @@
 Each metrics.json names its ``kind``: ``eval`` runs become one table per comparison (``repro.report.eval_table``),
 ``proxy_overhead`` benchmark runs become ``proxy_overhead.md``, ``before_after`` runs (the miniature reproduction)
 one table per comparison (``repro.report.before_after``), ``loop_comparison`` runs likewise
-(``repro.report.loop_comparison``). Unknown kinds are skipped.
+(``repro.report.loop_comparison``), ``tokenizer_drift`` runs likewise (``repro.report.tokenizer_drift``). Unknown
+kinds are skipped.
 """
 
 from __future__ import annotations
@@ -138,6 +139,10 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
         written += write_before_after_tables(by_kind["before_after"], results)
     if "loop_comparison" in by_kind:
         written += write_loop_comparison_tables(by_kind["loop_comparison"], results)
+    if "tokenizer_drift" in by_kind:
+        from repro.report.tokenizer_drift import write_tokenizer_drift_tables
+
+        written += write_tokenizer_drift_tables(by_kind["tokenizer_drift"], results)
     if "eval_docker" in by_kind:
         from repro.report.eval_docker import write_eval_docker_tables
 

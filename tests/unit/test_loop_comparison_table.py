@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from repro.report.loop_comparison import comparison_markdown, write_loop_comparison_tables
@@ -68,3 +69,15 @@ def test_arm_rows_show_pass_at_k_before_and_after() -> None:
 
 def test_one_seed_has_no_pooled_rows() -> None:
     assert "pooled (" not in comparison_markdown([_run(0, 4, 8)])
+
+
+def test_fidelity_rows_name_the_tokenizer() -> None:
+    from repro.report.loop_comparison import fidelity_rows
+
+    fid = {"rollouts": 2, "turns": 6, "divergent_turns": 1, "divergence_rate": 1 / 6, "first_divergent_turns": [2],
+           "rebuilt_drift_rate": 0.0, "rebuilt_exits": {"Submitted": 2}, "example": None}
+    old = _run(0, 10, 10) | {"fidelity": {"2.4.6": fid}}  # recorded no tokenizer: the recipe BPE
+    qwen = old | {"run_config": {"model": {"tokenizer": "qwen3"}}}
+    assert [r["tokenizer"] for r in fidelity_rows(old)] == ["recipe BPE"]
+    assert [r["tokenizer"] for r in fidelity_rows(qwen)] == ["Qwen3 (151,669 ids)"]
+    assert re.search(r"\| recipe BPE +\|", comparison_markdown([old]))

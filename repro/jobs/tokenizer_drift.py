@@ -1,0 +1,151 @@
+"""``experiment=tokenizer_drift``: how much retokenization drift does a real harness cause on a real tokenizer?
+
+Rollouts of one harness (the ``harness`` group) with the model (``model=tiny_qwen3``: Qwen3's exact tokenizer,
+random init) sampled at temperature 1 on bundled tasks, through the recording proxy and the CPU server, as a frozen
+evaluation. Then, from the stored calls (:mod:`repro.evaluation.tokenizer_drift`): the share of turns whose prompt
+is not the previous prompt + the sampled completion (per call purpose, with causes), the share of sampled
+completions that are not the canonical tokenization of their own text, the prompt lengths (a harness whose prompts
+do not fit the context reports those instead of rates) and, for mini-SWE-agent 2.x in tool-call mode, the rebuilt
+loop's divergence from the harness when the recordings are replayed through it (:mod:`repro.rebuilt.fidelity`).
+Writes metrics.json of kind ``tokenizer_drift``; ``repro table`` publishes ``results/<table>.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repro.evaluation import eval_metrics, write_metrics
+from repro.evaluation.tokenizer_drift import Share, prefix_drift, prompt_lengths, retokenization, total_share
+from repro.fanout import FanoutConfig, harness_for
+from repro.jobs.evaluate import EvalConfig, TaskFileConfig, build_spec, eval_model, load_task_set, run_frozen_eval
+from repro.jobs.stack import CpuServingConfig, running_stack
+from repro.proxy import ProxyConfig
+from repro.report.tokenizer_drift import drift_markdown
+from repro.sandbox.local import LocalSandboxConfig
+from repro.sandbox.select import make_sandbox
+from repro.store import open_store
+from repro.tasks.distributions import TaskDistributionConfig
+from repro.tinymodel.model import TinyModelConfig
+
+KIND = "tokenizer_drift"
+
+
+@dataclass
+class DriftConfig:
+    """``replay``: replay the recordings through the rebuilt loop (mini-SWE-agent 2.x tool-call mode only), at most
+    ``max_replays`` rollouts (the ones with most calls first)."""
+
+    replay: bool = True
+    max_replays: int = 64
+
+
+def tokenizer_drift_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: Any,
+                        tasks: TaskDistributionConfig | TaskFileConfig, sandbox: LocalSandboxConfig, eval: EvalConfig,
+                        drift: DriftConfig, run_dir: Path, harness_name: str | None = None,
+                        fanout: FanoutConfig | None = None) -> dict[str, Any]:
+    """Record the rollouts, then measure the drift; returns (and writes) the metrics."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    run_dir, started = Path(run_dir), time.time()
+    name, task_list = load_task_set(tasks)
+    store_path = run_dir / "traces.sqlite"
+    with harness_for(harness_name, harness, sandbox, fanout) as agent:
+        spec = build_spec(agent.identity(), name, task_list, agent.cfg, sandbox, eval, getattr(tasks, "seed", None),
+                          serving.served_model_name)
+        model_dir, model_name = eval_model(model, eval, task_list)
+        box = make_sandbox(sandbox)
+        try:
+            with running_stack(model_dir, serving, proxy, run_dir) as stack:
+                reports, _ = run_frozen_eval(run_dir, store_path, spec, eval, task_list, stack, agent, box, model_name)
+            print("measuring drift from the stored calls", flush=True)
+            measured = measure(store_path, model_dir, serving.max_model_len or model.max_position_embeddings)
+            if drift.replay and _replayable(agent.cfg):
+                measured["replay"] = replay_fidelity(store_path, {t.instance_id: t for t in task_list}, agent.cfg,
+                                                     model_dir, box, drift.max_replays)
+        finally:
+            box.close()
+    metrics = {
+        "kind": KIND, "experiment": eval.experiment, "table": eval.experiment, "run_dir": str(run_dir),
+        "harness": f"{spec.harness.name}@{spec.harness.version}", "model": model_name,
+        "tokenizer": model.tokenizer, "temperature": eval.temperature, "max_tokens": eval.max_tokens,
+        "step_limit": spec.limits.step_limit, "task_distribution": name, "fingerprint": spec.fingerprint(),
+        "eval": eval_metrics(reports, spec, eval.experiment, model_name), **measured,
+        "started_at": started, "finished_at": time.time(), "wall_s": time.time() - started,
+    }
+    write_metrics(run_dir, metrics)
+    print(drift_markdown([metrics]), flush=True)
+    return metrics
+
+
+def measure(store_path: Path, model_dir: Path, max_model_len: int | None) -> dict[str, Any]:
+    """Prefix drift, non-canonical completions and prompt lengths over every rollout of the store."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    eos_ids = _eos_ids(tokenizer, model_dir)
+    store = open_store(store_path)
+    try:
+        rollouts = [store.calls(r.rollout_id) for r in store.list_rollouts()]
+    finally:
+        store.close()
+    prefix = prefix_drift(rollouts, tokenizer, eos_ids)
+    retok = retokenization([c for calls in rollouts for c in calls], tokenizer, eos_ids)
+    return {
+        "rollouts": len(rollouts), "calls": sum(map(len, rollouts)),
+        "calls_ok": sum(1 for calls in rollouts for c in calls if c.completion_ids is not None),
+        "prefix_drift": prefix, "prefix_drift_all": total_share(prefix),
+        "retokenization": retok, "retokenization_all": total_share(retok, "non_canonical", "completions"),
+        "prompt_tokens": prompt_lengths(rollouts, max_model_len),
+    }
+
+
+def _eos_ids(tokenizer: Any, model_dir: Path) -> list[int]:
+    """The ids that end a sampled turn: the tokenizer's end token and the generation config's."""
+    import json
+
+    ids = {tokenizer.eos_token_id} - {None}
+    config = model_dir / "generation_config.json"
+    if config.exists():
+        eos = json.loads(config.read_text()).get("eos_token_id")
+        ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    return sorted(ids)
+
+
+def _replayable(cfg: Any) -> bool:
+    """The rebuilt loop reproduces mini-SWE-agent 2.x's tool-call mode only."""
+    return type(cfg).__name__ == "MiniSweAgentConfig" and str(cfg.version).startswith("2.") and \
+        cfg.mode == "toolcall"
+
+
+def replay_fidelity(store_path: Path, tasks: dict[str, Any], cfg: Any, model_dir: Path, box: Any,
+                    max_replays: int) -> dict[str, Any]:
+    """The recorded rollouts replayed through the rebuilt loop (:func:`repro.rebuilt.fidelity.replay_rollout`)."""
+    from transformers import AutoTokenizer
+
+    from repro.rebuilt.fidelity import replay_rollout, summarize
+    from repro.rebuilt.harness import loop_spec
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    spec = loop_spec(cfg, model_dir.parent / ".rebuilt-home")
+    store = open_store(store_path)
+    try:
+        rollouts = [r for r in store.list_rollouts() if r.status == "finished" and r.task_id in tasks]
+        counts = {r.rollout_id: store.count_calls([r.rollout_id]) for r in rollouts}
+        picked = sorted(rollouts, key=lambda r: -counts[r.rollout_id])[:max_replays]
+        results = []
+        for rollout in picked:
+            task, calls = tasks[rollout.task_id], [c for c in store.calls(rollout.rollout_id)
+                                                   if c.purpose == "policy"]
+            workspace = box.workspace(task, f"replay-{rollout.rollout_id}")
+            try:
+                results.append(replay_rollout(calls, task.problem_statement, spec, tokenizer, workspace.path,
+                                              rollout.rollout_id, rollout.harness_version))
+            finally:
+                workspace.cleanup()
+    finally:
+        store.close()
+    summary = summarize(results)
+    return summary | {"share": Share(summary["divergent_turns"], summary["turns"]).to_dict()}
