@@ -192,10 +192,25 @@ _PIECES = st.sampled_from([" ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "0", "42"
                            ":=", "<|im_end|>", "<tool_call>", "Ⅻ", "٣"])
 
 
+# Assigned code points only (Python's Unicode 14 tables): the two regex engines classify code points assigned
+# later differently (see the test below), which no real text of Qwen3's training era contains.
+_ASSIGNED = st.characters(exclude_categories=("Cs", "Cn"))
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(text=st.one_of(st.text(max_size=120), st.lists(_PIECES | st.text(max_size=3), max_size=40).map("".join)))
+@given(text=st.one_of(st.text(_ASSIGNED, max_size=120),
+                      st.lists(_PIECES | st.text(_ASSIGNED, max_size=3), max_size=40).map("".join)))
 def test_random_unicode_encodes_identically(hf: Any, enc: Any, text: str) -> None:
     assert hf.encode(text, add_special_tokens=False) == reference_ids(enc, text)
+
+
+def test_code_points_newer_than_the_regex_tables_are_the_known_difference(hf: Any, enc: Any) -> None:
+    """U+16FF2 is unassigned in Unicode 14 and a letter in Unicode 16: `tokenizers` (the engine of Hugging Face's
+    own Qwen3 tokenizer, and of this one) treats it as a non-letter, quicktok as a letter, so the ``/`` after it
+    joins a different pre-token. Found by the property test above; kept here so a change of either engine shows."""
+    text = "\U00016ff2/A"
+    assert hf.encode(text, add_special_tokens=False) != reference_ids(enc, text)
+    assert hf.encode("\u4e00/A", add_special_tokens=False) == reference_ids(enc, "\u4e00/A")  # assigned: same
 
 
 def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
