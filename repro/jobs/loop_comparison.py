@@ -30,7 +30,7 @@ from repro.jobs.rollouts import RolloutOptions, RolloutRunner
 from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.jobs.warm_start import WarmStartConfig, prompt_platform
 from repro.proxy import ProxyConfig
-from repro.rebuilt.fidelity import replay_rollout, summarize
+from repro.rebuilt.fidelity import replay_recorded, summarize
 from repro.rebuilt.harness import LoopConfig, loop_spec
 from repro.report.loop_comparison import comparison_markdown
 from repro.samples import SampleConfig
@@ -133,15 +133,7 @@ def _replay_store(store_path: Path, tasks: dict[str, Any], harness: MiniSweAgent
     store = open_store(store_path)
     try:
         picked = _pick(store, tasks, mode, cfg)
-        results = []
-        for rollout in picked:
-            task, calls = tasks[rollout.task_id], store.calls(rollout.rollout_id)
-            workspace = box.workspace(task, f"replay-{rollout.rollout_id}")
-            try:
-                results.append(replay_rollout(calls, task.problem_statement, spec, tokenizer, workspace.path,
-                                              rollout.rollout_id, rollout.harness_version))
-            finally:
-                workspace.cleanup()
+        results = replay_recorded(store, picked, tasks, box, spec, tokenizer)
     finally:
         store.close()
     return summarize(results) | {"replayed_from": mode}

@@ -125,7 +125,7 @@ def replay_fidelity(store_path: Path, tasks: dict[str, Any], cfg: Any, model_dir
     """The recorded rollouts replayed through the rebuilt loop (:func:`repro.rebuilt.fidelity.replay_rollout`)."""
     from transformers import AutoTokenizer
 
-    from repro.rebuilt.fidelity import replay_rollout, summarize
+    from repro.rebuilt.fidelity import replay_recorded, summarize
     from repro.rebuilt.harness import loop_spec
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
@@ -135,16 +135,7 @@ def replay_fidelity(store_path: Path, tasks: dict[str, Any], cfg: Any, model_dir
         rollouts = [r for r in store.list_rollouts() if r.status == "finished" and r.task_id in tasks]
         counts = {r.rollout_id: store.count_calls([r.rollout_id]) for r in rollouts}
         picked = sorted(rollouts, key=lambda r: -counts[r.rollout_id])[:max_replays]
-        results = []
-        for rollout in picked:
-            task, calls = tasks[rollout.task_id], [c for c in store.calls(rollout.rollout_id)
-                                                   if c.purpose == "policy"]
-            workspace = box.workspace(task, f"replay-{rollout.rollout_id}")
-            try:
-                results.append(replay_rollout(calls, task.problem_statement, spec, tokenizer, workspace.path,
-                                              rollout.rollout_id, rollout.harness_version))
-            finally:
-                workspace.cleanup()
+        results = replay_recorded(store, picked, tasks, box, spec, tokenizer, purpose="policy")
     finally:
         store.close()
     summary = summarize(results)

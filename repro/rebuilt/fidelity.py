@@ -90,6 +90,23 @@ def replay_rollout(calls: list[Any], task_text: str, spec: LoopSpec, tokenizer: 
     return result
 
 
+def replay_recorded(store: Any, rollouts: list[Any], tasks: dict[str, Any], box: Any, spec: LoopSpec,
+                    tokenizer: Any, purpose: str | None = None) -> list[RolloutFidelity]:
+    """:func:`replay_rollout` for each of ``rollouts`` (store records) in a fresh working copy of its task (a sandbox
+    workspace, removed after); ``purpose``: replay only the calls of that purpose (all calls when None)."""
+    results = []
+    for rollout in rollouts:
+        task = tasks[rollout.task_id]
+        calls = [c for c in store.calls(rollout.rollout_id) if purpose is None or c.purpose == purpose]
+        workspace = box.workspace(task, f"replay-{rollout.rollout_id}")
+        try:
+            results.append(replay_rollout(calls, task.problem_statement, spec, tokenizer, workspace.path,
+                                          rollout.rollout_id, rollout.harness_version))
+        finally:
+            workspace.cleanup()
+    return results
+
+
 def compare(turn: int, harness: list[int], rebuilt: list[int] | None, tokenizer: Any) -> TurnCheck:
     """Token-for-token comparison with an excerpt around the first difference."""
     if rebuilt is None:
