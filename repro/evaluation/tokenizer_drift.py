@@ -130,6 +130,7 @@ def token_bytes(tokenizer: Any, ids: Sequence[int]) -> bytes:
 
 
 def is_utf8(data: bytes) -> bool:
+    """Whether ``data`` decodes as UTF-8 on its own."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:

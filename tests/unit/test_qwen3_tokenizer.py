@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 quicktok = pytest.importorskip("quicktok", reason="quicktok-v1 missing: pip install -e '.[qwen3-tokenizer]'")
 
+from repro.evaluation.tokenizer_drift import is_utf8  # noqa: E402
 from repro.tinymodel import qwen3_tokenizer as q3  # noqa: E402
 
 CODE = [
@@ -166,7 +167,7 @@ def test_every_id_round_trips(built: Path, enc: Any) -> None:
             continue
         assert bytes(unspell[ch] for ch in token) == table[i], i
         assert [t.id for t in tok.model.tokenize(token)] == [i], i
-    texts = {i: b.decode("utf-8") for i, b in enumerate(table) if _is_utf8(b)}
+    texts = {i: b.decode("utf-8") for i, b in enumerate(table) if is_utf8(b)}
     texts.update(special_of)
     ids = list(texts)
     decoded = tok.decode_batch([[i] for i in ids], skip_special_tokens=False)
@@ -177,14 +178,6 @@ def test_every_id_round_trips(built: Path, enc: Any) -> None:
         assert b"".join(enc.decode_single_token_bytes(t) for t in got) == unicodedata.normalize(
             "NFC", texts[i]).encode(), i
     assert sum(got == [i] for i, got in zip(ids, encoded, strict=True)) > 0.9 * len(ids)
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 _PIECES = st.sampled_from([" ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "0", "42", "x", "Word", "é", "e\u0301", "Å",
