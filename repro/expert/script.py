@@ -11,6 +11,11 @@ On a ``locate`` task (its statement names the faulty line by its first words onl
 ``python -c 'from m import f; assert CALL == EXPECTED' && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (check the
 statement's example and submit); a prompt that already holds a step's command gets the next one.
 
+In a tool-calling harness it calls the shell tool the prompt offers (``bash``, or OpenHands' ``terminal``), with
+any other required argument filled in. Once its commands were issued, a harness that is not told to submit with
+the ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` sentinel (OpenCode, OpenHands) gets the end of the turn instead:
+a ``finish`` tool call where one is offered, else a plain reply without a tool call.
+
 A request's task is found by its problem statement, which the harness quotes verbatim: each task is indexed by
 the statement line (after the first) that the fewest tasks share; a hit is confirmed when the whole statement
 is in the decoded prompt. An unknown prompt, a task whose fix is not one changed line, and a prompt that
@@ -29,13 +34,20 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from repro.tasks.schema import Task
 from repro.tinymodel.vocab import SUBMIT_COMMAND, SUBMIT_SUFFIX
 
 log = logging.getLogger(__name__)
 
-TOOLS_OFFERED = "<tools>"  # our chat template lists offered tools inside <tools></tools>
+TOOLS_OFFERED = "<tools>"  # the chat templates list offered tools inside <tools></tools>, one JSON a line
+TOOLS_END = "</tools>"
+SHELL_TOOLS = ("bash", "terminal", "execute_bash")  # mini-SWE-agent 2.x and OpenCode: bash; OpenHands: terminal
+FINISH_TOOL = "finish"
+DONE_REPLY = "Done."
+SUBMIT_SENTINEL = SUBMIT_COMMAND.removeprefix("echo ")
+ASSISTANT_TURN = "<|im_start|>assistant"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _BRE_SPECIAL = re.compile(r"([\\.*\[\]^$|])")
 _REPLACEMENT_SPECIAL = re.compile(r"([\\&|])")
@@ -131,10 +143,70 @@ def command_path(path: str) -> str:
     return path if path.startswith(("/", "./", "../")) else f"./{path}"
 
 
-def tool_call_text(command: str) -> str:
-    """The completion that calls ``bash`` with ``command`` (exactly as our chat template re-renders it)."""
-    return "<tool_call>\n" + json.dumps({"name": "bash", "arguments": {"command": command}}, ensure_ascii=False) \
-        + "\n</tool_call>"
+def tool_call_text(command: str, tool: str = "bash", extra: dict[str, Any] | None = None) -> str:
+    """The completion that calls the shell tool ``tool`` with ``command`` (plus ``extra`` arguments), as the chat
+    templates re-render a tool call."""
+    return call_text(tool, {"command": command, **(extra or {})})
+
+
+def call_text(name: str, arguments: dict[str, Any]) -> str:
+    """One Hermes ``<tool_call>`` block."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
+
+
+def offered_tools(prompt: str) -> list[dict[str, Any]]:
+    """The functions listed in a rendered prompt's ``<tools>`` block (one JSON object a line), unparsable lines
+    skipped."""
+    start = prompt.find(f"{TOOLS_OFFERED}\n")  # the block, not the instruction that names its tags
+    end = prompt.find(f"\n{TOOLS_END}", start)
+    if start < 0 or end < 0:
+        return []
+    tools = []
+    for line in prompt[start + len(TOOLS_OFFERED):end].splitlines():
+        try:
+            tool = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(tool, dict):
+            tools.append(tool.get("function", tool))
+    return tools
+
+
+def required_arguments(tool: dict[str, Any], given: tuple[str, ...]) -> dict[str, Any]:
+    """Plain values for a tool's required parameters other than ``given``: an enum's first value, ``false``, 0, or a
+    short text."""
+    params = tool.get("parameters") or {}
+    properties = params.get("properties") or {}
+    filled: dict[str, Any] = {}
+    for name in params.get("required") or []:
+        if name in given:
+            continue
+        spec = properties.get(name) or {}
+        kind = spec.get("type")
+        filled[name] = spec["enum"][0] if spec.get("enum") else False if kind == "boolean" else \
+            0 if kind in ("integer", "number") else "Apply the fix"
+    return filled
+
+
+def shell_tool(tools: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The offered shell tool's name and the other arguments it requires (``bash`` when none is listed)."""
+    by_name = {t.get("name"): t for t in tools}
+    name = next((n for n in SHELL_TOOLS if n in by_name), "bash")
+    return name, required_arguments(by_name[name], ("command",)) if name in by_name else {}
+
+
+def end_of_turn(tools: list[dict[str, Any]]) -> str:
+    """The completion that ends the agent's run in a harness without the submit sentinel: ``finish`` when offered,
+    else a plain reply (no tool call)."""
+    finish = next((t for t in tools if t.get("name") == FINISH_TOOL), None)
+    if finish is None:
+        return DONE_REPLY
+    return call_text(FINISH_TOOL, {"message": DONE_REPLY} | required_arguments(finish, ("message",)))
+
+
+def submits_by_sentinel(prompt: str) -> bool:
+    """Whether the harness's instructions (the prompt before the first assistant turn) name the submit sentinel."""
+    return SUBMIT_SENTINEL in prompt.split(ASSISTANT_TURN, 1)[0]
 
 
 def text_action(command: str) -> str:
@@ -278,8 +350,12 @@ class ExpertScript:
         return next(issued, SUBMIT_COMMAND)
 
     def completion(self, prompt: str) -> str:
-        """The completion text for a decoded prompt: :meth:`command` as one ``bash`` tool call when the prompt
-        offers tools, else (a text-mode harness such as mini-SWE-agent 1.x) as one ```` ```bash ```` block."""
-        if TOOLS_OFFERED in prompt:
-            return tool_call_text(self.command(prompt))
-        return text_action(self.command(prompt, text_mode=True))
+        """The completion text for a decoded prompt: :meth:`command` as one call of the offered shell tool when the
+        prompt offers tools (:func:`end_of_turn` once done, where the harness has no submit sentinel), else (a
+        text-mode harness such as mini-SWE-agent 1.x) as one ```` ```bash ```` block."""
+        if TOOLS_OFFERED not in prompt:
+            return text_action(self.command(prompt, text_mode=True))
+        tools, command = offered_tools(prompt), self.command(prompt)
+        if command == SUBMIT_COMMAND and not submits_by_sentinel(prompt):
+            return end_of_turn(tools)
+        return tool_call_text(command, *shell_tool(tools))

@@ -2,8 +2,11 @@
 
 Rollouts of one harness (the ``harness`` group) with the model (``model=tiny_qwen3``: Qwen3's exact tokenizer,
 random init) sampled at temperature 1 on bundled tasks, through the recording proxy and the CPU server, as a frozen
-evaluation. Then, from the stored calls (:mod:`repro.evaluation.tokenizer_drift`): the share of turns whose prompt
-is not the previous prompt + the sampled completion (per call purpose, with causes), the share of sampled
+evaluation. With ``warm_start.n_demo_tasks > 0`` the model is first fine-tuned (:mod:`repro.jobs.warm_start`) on the
+scripted expert's demonstrations through the same harness, on tasks of the train split, so that it makes the
+harness's tool calls and its rollouts have turns to measure. Then, from the stored calls
+(:mod:`repro.evaluation.tokenizer_drift`): the share of turns whose prompt is not the previous prompt + the sampled
+completion (per call purpose, with causes), the share of sampled
 completions that are not the canonical tokenization of their own text, the prompt lengths (a harness whose prompts
 do not fit the context reports those instead of rates) and, for mini-SWE-agent 2.x in tool-call mode, the rebuilt
 loop's divergence from the harness when the recordings are replayed through it (:mod:`repro.rebuilt.fidelity`).
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from repro.evaluation.tokenizer_drift import Share, prefix_drift, prompt_lengths
 from repro.fanout import FanoutConfig, harness_for
 from repro.jobs.evaluate import EvalConfig, TaskFileConfig, build_spec, eval_model, load_task_set, run_frozen_eval
 from repro.jobs.stack import CpuServingConfig, running_stack
+from repro.jobs.warm_start import WarmStartConfig, warm_start
 from repro.proxy import ProxyConfig
 from repro.report.tokenizer_drift import drift_markdown
 from repro.sandbox.local import LocalSandboxConfig
@@ -46,8 +50,10 @@ class DriftConfig:
 def tokenizer_drift_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: Any,
                         tasks: TaskDistributionConfig | TaskFileConfig, sandbox: LocalSandboxConfig, eval: EvalConfig,
                         drift: DriftConfig, run_dir: Path, harness_name: str | None = None,
-                        fanout: FanoutConfig | None = None) -> dict[str, Any]:
-    """Record the rollouts, then measure the drift; returns (and writes) the metrics."""
+                        fanout: FanoutConfig | None = None,
+                        warm_start: WarmStartConfig | None = None) -> dict[str, Any]:
+    """Record the rollouts (after the warm start, when ``warm_start.n_demo_tasks > 0``), then measure the drift;
+    returns (and writes) the metrics."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
     run_dir, started = Path(run_dir), time.time()
     name, task_list = load_task_set(tasks)
@@ -57,7 +63,11 @@ def tokenizer_drift_job(model: TinyModelConfig, serving: CpuServingConfig, proxy
                           serving.served_model_name)
         model_dir, model_name = eval_model(model, eval, task_list)
         box = make_sandbox(sandbox)
+        warm = None
         try:
+            if warm_start is not None and warm_start.n_demo_tasks > 0:
+                model_dir, warm = warm_started(run_dir, model_dir, tasks, warm_start, serving, proxy, agent, box)
+                model_name = model_dir.name
             with running_stack(model_dir, serving, proxy, run_dir) as stack:
                 reports, _ = run_frozen_eval(run_dir, store_path, spec, eval, task_list, stack, agent, box, model_name)
             print("measuring drift from the stored calls", flush=True)
@@ -70,7 +80,8 @@ def tokenizer_drift_job(model: TinyModelConfig, serving: CpuServingConfig, proxy
     metrics = {
         "kind": KIND, "experiment": eval.experiment, "table": eval.experiment, "run_dir": str(run_dir),
         "harness": f"{spec.harness.name}@{spec.harness.version}", "model": model_name,
-        "tokenizer": model.tokenizer, "temperature": eval.temperature, "max_tokens": eval.max_tokens,
+        "tokenizer": model.tokenizer, "warm_start": warm, "temperature": eval.temperature,
+        "max_tokens": eval.max_tokens,
         "step_limit": spec.limits.step_limit, "task_distribution": name, "fingerprint": spec.fingerprint(),
         "eval": eval_metrics(reports, spec, eval.experiment, model_name), **measured,
         "started_at": started, "finished_at": time.time(), "wall_s": time.time() - started,
@@ -78,6 +89,27 @@ def tokenizer_drift_job(model: TinyModelConfig, serving: CpuServingConfig, proxy
     write_metrics(run_dir, metrics)
     print(drift_markdown([metrics]), flush=True)
     return metrics
+
+
+def warm_started(run_dir: Path, base_model: Path, tasks: TaskDistributionConfig | TaskFileConfig,
+                 cfg: WarmStartConfig, serving: CpuServingConfig, proxy: ProxyConfig, agent: Any,
+                 box: Any) -> tuple[Path, dict[str, Any]]:
+    """The base model fine-tuned on the expert's demonstrations through ``agent`` on ``cfg.n_demo_tasks`` tasks of
+    the train split of the evaluated distribution (cached like every warm start)."""
+    from repro.accounting import Accountant
+
+    if not isinstance(tasks, TaskDistributionConfig):
+        raise SystemExit("tokenizer_drift: a warm start draws its demonstration tasks from the train split of a "
+                         "bundled distribution (tasks=bundled); set warm_start.n_demo_tasks=0 for a task file")
+    _, demo_tasks = load_task_set(replace(tasks, split="train", n_tasks=cfg.n_demo_tasks))
+    accountant = Accountant(nvml=None)
+    try:
+        warm_dir, warm = warm_start(run_dir, base_model, demo_tasks, cfg, serving, proxy, agent, box, accountant)
+    finally:
+        accountant.close()
+    note = "reused from the cache" if warm["cached"] else f"built from {warm['demo_rollouts']} demonstrations"
+    print(f"warm start {warm['key']}: {note}", flush=True)
+    return warm_dir, warm
 
 
 def measure(store_path: Path, model_dir: Path, max_model_len: int | None) -> dict[str, Any]:
@@ -88,7 +120,7 @@ def measure(store_path: Path, model_dir: Path, max_model_len: int | None) -> dic
     eos_ids = _eos_ids(tokenizer, model_dir)
     store = open_store(store_path)
     try:
-        rollouts = [store.calls(r.rollout_id) for r in store.list_rollouts()]
+        rollouts = [store.calls(r.rollout_id) for r in store.list_rollouts() if r.mode != "demo"]
     finally:
         store.close()
     prefix = prefix_drift(rollouts, tokenizer, eos_ids)
@@ -132,7 +164,8 @@ def replay_fidelity(store_path: Path, tasks: dict[str, Any], cfg: Any, model_dir
     spec = loop_spec(cfg, model_dir.parent / ".rebuilt-home")
     store = open_store(store_path)
     try:
-        rollouts = [r for r in store.list_rollouts() if r.status == "finished" and r.task_id in tasks]
+        rollouts = [r for r in store.list_rollouts()
+                    if r.status == "finished" and r.task_id in tasks and r.mode != "demo"]
         counts = {r.rollout_id: store.count_calls([r.rollout_id]) for r in rollouts}
         picked = sorted(rollouts, key=lambda r: -counts[r.rollout_id])[:max_replays]
         results = replay_recorded(store, picked, tasks, box, spec, tokenizer, purpose="policy")

@@ -50,6 +50,7 @@ class WarmStartConfig:
     expert_slip_rate: float = 0.0  # share of demo tasks on which the expert types sed -n for sed -i
     expert_slip_seed: int = 0
     expert_slip_operators: list[str] = field(default_factory=list)  # only tasks of these operators slip (empty: any)
+    max_tokens: int = 0  # > 0: forced on every demonstration call (a harness asking for more than the context has)
     sft: SftConfig = field(default_factory=SftConfig)
     use_cache: bool = True
 
@@ -63,10 +64,14 @@ def prompt_platform() -> str:
 
 def sft_identity(sft: SftConfig) -> dict[str, Any]:
     """The SFT settings in the key; an option added later is left out at the value that reproduces the old
-    behaviour, so warm starts trained before it existed stay valid (``sampling="random"``, the device settings)."""
+    behaviour, so warm starts trained before it existed stay valid (``sampling="random"``, ``max_length=0``,
+    ``labelled_logits=False``, the device settings)."""
     settings = non_default_device_settings(asdict(sft))
     if settings.get("sampling") == "random":
         del settings["sampling"]
+    for option in ("max_length", "labelled_logits"):
+        if not settings.get(option):
+            settings.pop(option, None)
     return settings
 
 
@@ -81,6 +86,8 @@ def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[s
                "sft": sft_identity(cfg.sft), "sft_data": SFT_DATA_VERSION, "platform": prompt_platform()}
     if cfg.expert_slip_rate:
         payload["slip"] = [cfg.expert_slip_rate, cfg.expert_slip_seed, *cfg.expert_slip_operators]
+    if cfg.max_tokens:
+        payload["max_tokens"] = cfg.max_tokens
     digest.update(json.dumps(payload, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
 
@@ -92,6 +99,7 @@ def record_demonstrations(run_dir: Path, base_model: Path, tasks: list[Task], cf
     expert_tasks = write_tasks(tasks, demo_dir / "expert_tasks.jsonl")
     identity = agent.identity()
     opts = RolloutOptions(mode="demo", k=1, concurrency=cfg.concurrency, grade=False, write_preds=False,
+                          sampling={"max_tokens": cfg.max_tokens} if cfg.max_tokens else {},
                           harness_name=identity.get("name", ""), harness_version=identity.get("version", ""))
     slip = {"expert_slip_rate": cfg.expert_slip_rate, "expert_slip_seed": cfg.expert_slip_seed,
             "expert_slip_operators": tuple(cfg.expert_slip_operators)}

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+PROBE_TEXT = "x"  # the one user message new messages are rendered after when the template re-renders history
+
 
 class TokenConversation:
     """The ids of ``messages`` as a token-in/token-out loop builds them; see the module docstring."""
@@ -17,6 +19,7 @@ class TokenConversation:
     def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None, messages: list[dict[str, Any]]) -> None:
         self.tokenizer, self.tools = tokenizer, tools or None
         self.messages: list[dict[str, Any]] = list(messages)
+        self.rerendered_turns = 0
         self.ids: list[int] = self._encode(self._render(self.messages, generation_prompt=False))
         self._generation_ids = self._encode(self._generation_prompt())
         self._after_eos = self._text_after_eos()
@@ -34,13 +37,26 @@ class TokenConversation:
         self.messages.append(message)
 
     def add_messages(self, messages: list[dict[str, Any]]) -> None:
-        """Append non-sampled messages (observations, format errors) as the text the template adds for them."""
+        """Append non-sampled messages (observations, format errors) as the text the template adds for them.
+
+        Where the template re-renders earlier messages once these follow (Qwen3 drops the last reply's empty
+        ``<think>`` block), the ids already held stay as they were and the new messages' text is the template's
+        rendering of them after a one-message probe chat (what trainer-side agent loops append);
+        ``rerendered_turns`` counts those appends."""
         before = self._render(self.messages, generation_prompt=False)
         after = self._render([*self.messages, *messages], generation_prompt=False)
-        if not after.startswith(before):
-            raise ValueError("the chat template re-renders earlier messages when these are added; "
-                             "a token-in/token-out loop cannot extend its ids")
-        self.ids = [*self.ids, *self._encode(after[len(before):])]
+        if after.startswith(before):
+            added = after[len(before):]
+        else:
+            self.rerendered_turns += 1
+            probe = [{"role": "user", "content": PROBE_TEXT}]
+            base = self._render(probe, generation_prompt=False)
+            rendered = self._render([*probe, *messages], generation_prompt=False)
+            if not rendered.startswith(base):
+                raise ValueError("the chat template renders these messages differently after a probe chat; "
+                                 "a token-in/token-out loop cannot extend its ids")
+            added = rendered[len(base):]
+        self.ids = [*self.ids, *self._encode(added)]
         self.messages.extend(messages)
 
     def rendered_ids(self) -> list[int]:

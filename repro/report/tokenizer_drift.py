@@ -1,5 +1,6 @@
 """Tables of ``tokenizer_drift`` runs (``results/fidelity_real_tokenizer.md`` + ``.csv``): retokenization drift
-per harness on a real tokenizer, one row per harness (its newest run), with the command that produced them."""
+per harness on a real tokenizer, one row per harness and model (random init, warm-started; its newest run), with
+the commands that produced them."""
 
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ def share_cell(share: dict[str, Any] | None, unit: str = "") -> str:
 
 
 def newest_per_harness(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    newest: dict[str, dict[str, Any]] = {}
+    """The newest run per (harness, random init or warm-started model), the random init first."""
+    newest: dict[tuple[str, bool], dict[str, Any]] = {}
     for run in sorted(runs, key=lambda r: r.get("started_at", 0)):
-        newest[run["harness"]] = run
-    return [newest[h] for h in sorted(newest)]
+        newest[(run["harness"], bool(run.get("warm_start")))] = run
+    return [newest[key] for key in sorted(newest)]
 
 
 def _exceeds_context(run: dict[str, Any]) -> bool:
@@ -42,11 +44,42 @@ def _causes(prefix: dict[str, Any]) -> str:
     return ", ".join(f"{c.replace('_', ' ')} {n}" for c, n in totals.items() if n) or "-"
 
 
+def model_cell(run: dict[str, Any]) -> str:
+    """``random init``, or the warm start: demonstrations, SFT steps and its loss from first to last log."""
+    warm = run.get("warm_start")
+    if not warm:
+        return "random init"
+    sft = warm["sft"]
+    loss = f", loss {sft['loss_first']:.2f} -> {sft['loss_last']:.2f}" if sft.get("loss_first") is not None else ""
+    return f"SFT on {warm['demo_rollouts']} expert demos ({sft['steps']} steps{loss})"
+
+
+def _model_text(chosen: list[dict[str, Any]]) -> str:
+    models = ", ".join(sorted({f"`{r['model']}`" for r in chosen}))
+    text = f"Model {models}: the tiny Qwen3-architecture model, random init from one seed"
+    if any(r.get("warm_start") for r in chosen):
+        text += (" (*random init*), or that init fine-tuned (*SFT*) on the scripted expert's demonstrations recorded "
+                 "through the same harness on tasks of the train split, so that it makes the harness's tool calls and "
+                 "its rollouts have turns (the name is the warm start's cache key)")
+    return text
+
+
+def _random_init_caveat(chosen: list[dict[str, Any]]) -> str:
+    if all(r.get("warm_start") for r in chosen):
+        return ("A fine-tuned tiny model is still a weak policy: at temperature 1 its tool calls are often malformed; "
+                "the rates describe what such a sampler produces in each harness, not a capable model.")
+    return ("A random-init model rarely emits a well-formed action, so most rollouts end early (format errors, a "
+            "reply without a tool call); the rates describe sampled token sequences, not a trained policy. Its "
+            "next-token distribution is close to uniform whatever the prompt and the per-sample seeds are shared, so "
+            "(b) counts near-uniform draws from the vocabulary, much the same sequences in every harness: it shows "
+            "how often such sequences are non-canonical, not the rate of a trained model.")
+
+
 def row(run: dict[str, Any]) -> dict[str, Any]:
     """One harness's row; a harness whose prompts exceed the context reports their length instead of rates."""
     lengths, replay = run["prompt_tokens"], run.get("replay")
     base = {"harness": run["harness"], "tokenizer": TOKENIZER_NAMES.get(run["tokenizer"], run["tokenizer"]),
-            "rollouts": run["rollouts"], "calls": run["calls"]}
+            "model": model_cell(run), "rollouts": run["rollouts"], "calls": run["calls"]}
     prompt = f"{lengths['first_prompt_median'] or '-'} / {lengths['max_prompt'] or '-'} of {lengths['max_model_len']}"
     if _exceeds_context(run):
         note = (f"prompts exceed the context: {lengths['refused_max']} tokens > max_model_len "
@@ -72,7 +105,8 @@ def purpose_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for purpose in purposes:
         prefix, retok = run["prefix_drift"].get(purpose, {}), run["retokenization"].get(purpose, {})
-        rows.append({"harness": run["harness"], "purpose": purpose,
+        rows.append({"harness": run["harness"], "model": "SFT" if run.get("warm_start") else "random init",
+                     "purpose": purpose,
                      "(a) prefix breaks": share_cell(prefix.get("share"), "turns"),
                      "retokenized / reply rewritten / history changed": "/".join(
                          str(prefix.get(c, 0)) for c in ("retokenized", "reply_rewritten", "history_changed")),
@@ -93,12 +127,11 @@ def drift_markdown(runs: list[dict[str, Any]]) -> str:
     """The table of the newest run per harness, its per-purpose detail, how it was measured and produced."""
     chosen = newest_per_harness(runs)
     first = chosen[0]
-    models, tasks = ({"`" + str(r[key]) + "`" for r in chosen} for key in ("model", "task_distribution"))
+    tasks = {"`" + str(r["task_distribution"]) + "`" for r in chosen}
     tokenizers = {TOKENIZER_NAMES.get(r["tokenizer"], r["tokenizer"]) for r in chosen}
     lines = [
         pd.DataFrame([row(r) for r in chosen]).to_markdown(index=False, disable_numparse=True), "",
-        f"Model {', '.join(sorted(models))} (random init from one seed; the name "
-        f"is a cache key that also covers the task corpus) on the {', '.join(sorted(tokenizers))} "
+        f"{_model_text(chosen)}, on the {', '.join(sorted(tokenizers))} "
         f"tokenizer, sampled at temperature {first['temperature']} with up to {first['max_tokens']} tokens a call, "
         f"through the recording proxy and the CPU server; tasks {', '.join(sorted(tasks))}. Shares are k/n with "
         "a 95% Wilson interval. (a) turns = calls with an earlier call of the same purpose in their rollout "
@@ -109,12 +142,8 @@ def drift_markdown(runs: list[dict[str, Any]]) -> str:
         "re-rendered or truncated history). (b) a sampled completion (without its end-of-turn token) whose "
         "decoded text encodes to other ids; *invalid UTF-8*: of those, sequences whose bytes are not even valid "
         "UTF-8. (c) the harness's turns whose prompt the rebuilt loop does not reproduce token for token when "
-        "the recording is replayed through it (mini-SWE-agent 2.x tool-call mode only). A random-init model "
-        "rarely emits a well-formed action, so most rollouts end early (format errors, a reply without a tool "
-        "call); the rates describe sampled token sequences, not a trained policy. Its next-token distribution is "
-        "close to uniform whatever the prompt and the per-sample seeds are shared, so (b) counts near-uniform "
-        "draws from the vocabulary, much the same sequences in every harness: it shows how often such sequences "
-        "are non-canonical, not the rate of a trained model.", "",
+        "the recording is replayed through it (mini-SWE-agent 2.x tool-call mode only). "
+        + _random_init_caveat(chosen), "",
         "### Per call purpose", "",
         pd.DataFrame([r for run in chosen for r in purpose_rows(run)]).to_markdown(index=False,
                                                                                   disable_numparse=True), "",

@@ -71,18 +71,23 @@ class TinyModelConfig:
     # "bpe": the BPE above, trained on the corpus; "qwen3": Qwen3's exact tokenizer and chat template
     # (repro.tinymodel.qwen3_tokenizer; vocab_size, the corpus and extra_added_tokens are then not used).
     tokenizer: str = "bpe"
+    # > 0: every layer attends to the last sliding_window tokens only (Qwen3's sliding-window attention), so a model
+    # fine-tuned on rows cut to that many tokens behaves the same on longer prompts; 0: full attention.
+    sliding_window: int = 0
 
 
 TOKENIZERS = ("bpe", "qwen3")
 
 
 def config_dict(config: TinyModelConfig) -> dict:
-    """The config as built (``recipe_tokens`` is resolved before a build, so it is left out, and so is the default
-    ``tokenizer``: hashes of configs from before they existed stay the same)."""
+    """The config as built (``recipe_tokens`` is resolved before a build, so it is left out, and so are the default
+    ``tokenizer`` and ``sliding_window``: hashes of configs from before they existed stay the same)."""
     data = asdict(config)
     data.pop("recipe_tokens")
     if data["tokenizer"] == "bpe":
         data.pop("tokenizer")
+    if not data["sliding_window"]:
+        data.pop("sliding_window")
     return data
 
 
@@ -152,6 +157,14 @@ def make_tokenizer(config: TinyModelConfig, corpus: list[str]) -> PreTrainedToke
     return tokenizer
 
 
+def sliding_window_settings(window: int, num_layers: int) -> dict:
+    """Qwen3Config's fields for sliding-window attention in every layer (none for ``window`` 0)."""
+    if window <= 0:
+        return {}
+    return {"use_sliding_window": True, "sliding_window": window, "max_window_layers": 0,
+            "layer_types": ["sliding_attention"] * num_layers}
+
+
 def build_model(config: TinyModelConfig, vocab_size: int, eos_id: int, pad_id: int) -> Qwen3ForCausalLM:
     """Random-init Qwen3 model, seeded by ``config.seed``."""
     model_config = Qwen3Config(
@@ -167,6 +180,7 @@ def build_model(config: TinyModelConfig, vocab_size: int, eos_id: int, pad_id: i
         eos_token_id=eos_id,
         pad_token_id=pad_id,
         bos_token_id=None,
+        **sliding_window_settings(config.sliding_window, config.num_layers),
     )
     torch.manual_seed(config.seed)
     model = Qwen3ForCausalLM(model_config)

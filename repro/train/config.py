@@ -67,6 +67,8 @@ class SftConfig(DeviceSettings):
     logging_steps: int = 50
     torch_threads: int = 0  # 0 = torch's default (one per core)
     sampling: str = "random"  # batch order: random | group_by_length (rows of similar length share a batch)
+    max_length: int = 0  # > 0: each row keeps only its last max_length tokens (left-truncated); 0: whole rows
+    labelled_logits: bool = False  # the LM head on labelled positions only (trl does so on Triton devices only)
 
 
 @dataclass

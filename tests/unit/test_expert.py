@@ -27,6 +27,7 @@ from repro.net import free_port
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.cpu_server import ServerConfig, create_app
 from repro.serving.engine import EngineConfig
+from repro.serving.tool_parser import parse_tool_calls
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
 from repro.testing import ServerThread
@@ -231,3 +232,56 @@ def test_locate_procedure_answers_the_first_step_the_prompt_lacks() -> None:
         prompt += "\n" + tool_call_text(steps[-1])
     assert steps == [look, edit, check, SUBMIT_COMMAND]
     assert slipping.procedures[0] == [look, "sed -n " + edit[len("sed -i "):], check]  # only the edit slips
+
+
+def tool(name: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": name, "parameters": {
+        "type": "object", "properties": properties, "required": required}}}
+
+
+TERMINAL = tool("terminal", {"command": {"type": "string"}, "is_input": {"type": "boolean"},
+                             "security_risk": {"type": "string", "enum": ["LOW", "HIGH"]}},
+                ["command", "security_risk"])
+FINISH = tool("finish", {"message": {"type": "string"}}, ["message"])
+EDITOR = tool("file_editor", {"path": {"type": "string"}}, ["path"])
+
+
+def calls_of(completion: str) -> list[tuple[str, dict[str, Any]]]:
+    """The (name, arguments) of each tool call the Hermes parser finds in a completion."""
+    _, calls = parse_tool_calls(completion)
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+
+
+def after_call(messages: list[dict[str, Any]], name: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*messages, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]},
+        {"role": "tool", "content": "done"}]
+
+
+def test_expert_calls_the_offered_shell_tool_then_finishes(tasks: list[Task]) -> None:
+    """OpenHands-like: ``terminal`` with its required arguments, then ``finish`` once the fix was issued."""
+    script, tools = ExpertScript(tasks), [EDITOR, TERMINAL, FINISH]
+    messages = mini_messages(tasks[0].problem_statement)
+    [(name, args)] = calls_of(script.completion(render_chat(messages, tools, True)))
+    assert name == "terminal" and args == {"command": script.commands[0], "security_risk": "LOW"}
+    done = after_call(messages, name, args)
+    assert calls_of(script.completion(render_chat(done, tools, True))) == [("finish", {"message": "Done."})]
+
+
+def test_expert_ends_with_a_plain_reply_without_finish_or_sentinel(tasks: list[Task]) -> None:
+    """OpenCode-like (bash, no finish, no submit sentinel in the instructions): a reply without a tool call."""
+    script = ExpertScript(tasks)
+    messages = mini_messages(tasks[1].problem_statement)
+    [(name, args)] = calls_of(script.completion(render_chat(messages, [BASH_TOOL, EDITOR], True)))
+    assert (name, args) == ("bash", {"command": script.commands[1]})
+    done = script.completion(render_chat(after_call(messages, name, args), [BASH_TOOL, EDITOR], True))
+    assert done == "Done." and calls_of(done) == []
+
+
+def test_expert_submits_by_sentinel_where_the_instructions_name_it(tasks: list[Task]) -> None:
+    """mini-SWE-agent-like (its instructions name the sentinel): the plain submit command, as before."""
+    script = ExpertScript(tasks)
+    messages = mini_messages(tasks[2].problem_statement)
+    messages[1]["content"] += f"\nWhen done, run `echo {SUBMIT_LINE}`."
+    done = after_call(messages, "bash", {"command": script.commands[2]})
+    assert calls_of(script.completion(render_chat(done, [BASH_TOOL], True))) == [("bash", {"command": SUBMIT_COMMAND})]

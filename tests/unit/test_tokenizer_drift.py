@@ -21,7 +21,7 @@ from repro.evaluation.tokenizer_drift import (
     total_share,
 )
 from repro.report.tables import write_tables
-from repro.report.tokenizer_drift import row, share_cell
+from repro.report.tokenizer_drift import drift_markdown, newest_per_harness, row, share_cell
 from repro.store.records import CallRecord
 from repro.testing import FakeByteTokenizer
 
@@ -145,6 +145,17 @@ def test_repro_table_publishes_the_drift_table(tmp_path: Path) -> None:
     assert "| mini-swe-agent@2.4.6 | Qwen3 (151,669 ids) |" in text
     assert "100.0% [" in text and "(1/1)" in text  # one turn, retokenized: a break
     assert "Command: `repro run -m experiment=tokenizer_drift harness=h0,h1`" in text
+
+
+def test_random_init_and_warm_started_runs_of_a_harness_each_keep_their_row() -> None:
+    warm = {"demo_rollouts": 64, "sft": {"steps": 320, "loss_first": 11.9, "loss_last": 0.41}}
+    runs = [_metrics("opencode@1", started_at=t, run_dir=f"outputs/r{t}", warm_start=w)
+            for t, w in [(1.0, None), (2.0, warm), (3.0, None)]]
+    chosen = newest_per_harness(runs)
+    assert [r["started_at"] for r in chosen] == [3.0, 2.0]  # newest random init first, then the warm start
+    assert [row(r)["model"] for r in chosen] == [
+        "random init", "SFT on 64 expert demos (320 steps, loss 11.90 -> 0.41)"]
+    assert "fine-tuned (*SFT*)" in drift_markdown(chosen) and "random init" in drift_markdown(chosen)
 
 
 def test_a_replay_the_loop_cannot_continue_counts_the_rest_as_divergent(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from repro.train.config import SftConfig
-from repro.train.sft import IGNORE_INDEX, rows_dataset, sft_train
+from repro.train.sft import IGNORE_INDEX, LabelledLogitsSFTTrainer, rows_dataset, sft_train
 
 
 @dataclass
@@ -23,11 +24,34 @@ def test_labels_ignore_every_token_the_model_did_not_sample() -> None:
     assert data[0]["labels"] == [IGNORE_INDEX, 6, IGNORE_INDEX, 8]
 
 
-def test_sft_fits_the_demonstrated_completion(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_max_length_keeps_the_end_of_each_row() -> None:
+    """Left truncation keeps the sampled tokens (a row's end) and their labels aligned; shorter rows stay whole."""
+    data = rows_dataset([Demo([1, 2, 3, 4, 5, 6], [0, 0, 0, 1, 0, 1]), Demo([7, 8], [0, 1])], max_length=3)
+    assert data[0]["input_ids"] == [4, 5, 6] and data[0]["labels"] == [4, IGNORE_INDEX, 6]
+    assert data[1]["input_ids"] == [7, 8] and data[1]["labels"] == [IGNORE_INDEX, 8]
+
+
+def test_labelled_logits_loss_is_the_models_own_loss(tiny_model_dir: Path) -> None:
+    """The LM head on labelled positions only gives the same mean loss (and gradient) as the full logits."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids = torch.tensor([[5, 9, 14, 3, 7, 21, 8, 2], [11, 12, 13, 14, 15, 16, 17, 18]])
+    labels = ids.clone()
+    labels[0, :4], labels[1, :6] = IGNORE_INDEX, IGNORE_INDEX
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    loss = LabelledLogitsSFTTrainer.compute_loss(None, model, dict(inputs))  # uses no trainer state
+    grad = torch.autograd.grad(loss, model.get_output_embeddings().weight)[0]
+    reference = model(input_ids=ids, labels=labels).loss
+    assert torch.allclose(loss, reference, atol=1e-5)
+    assert torch.allclose(grad, torch.autograd.grad(reference, model.get_output_embeddings().weight)[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("labelled_logits", [False, True])
+def test_sft_fits_the_demonstrated_completion(tiny_model_dir: Path, tmp_path: Path, labelled_logits: bool) -> None:
     prompt, answer = list(range(10, 30)), [40, 41, 42, 43, 44, 45]
     rows = [Demo(prompt + answer, [0] * len(prompt) + [1] * len(answer))] * 64
     stats = sft_train(tiny_model_dir, rows, tmp_path / "warm", SftConfig(epochs=4, batch_size=8, learning_rate=1e-2,
-                                                                       warmup_steps=2, logging_steps=4))
+                                                                       warmup_steps=2, logging_steps=4,
+                                                                       labelled_logits=labelled_logits))
     assert stats["steps"] == 32 and stats["loss_last"] < stats["loss_first"]
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "warm")
     with torch.no_grad():

@@ -31,3 +31,25 @@ def test_the_key_changes_with_the_platform_line_and_the_tasks(base_model: Path, 
     monkeypatch.setattr(platform, "uname", lambda: real._replace(release="0.0.0-other"))
     assert "0.0.0-other" in prompt_platform()
     assert key != warm_start_key(base_model, tasks, {"name": "h"}, WarmStartConfig())
+
+
+def test_max_length_enters_the_key_only_when_set(base_model: Path) -> None:
+    """Whole rows (``max_length=0``) keep the keys of warm starts made before the option existed."""
+    from dataclasses import replace
+
+    from repro.jobs.warm_start import sft_identity
+
+    cfg = WarmStartConfig()
+    assert "max_length" not in sft_identity(cfg.sft)
+    cut = replace(cfg, sft=replace(cfg.sft, max_length=512))
+    assert sft_identity(cut.sft)["max_length"] == 512
+    assert warm_start_key(base_model, [_task(0)], {}, cut) != warm_start_key(base_model, [_task(0)], {}, cfg)
+
+
+def test_a_demonstration_max_tokens_cap_enters_the_key_only_when_set(base_model: Path) -> None:
+    from dataclasses import replace
+
+    cfg = WarmStartConfig()
+    key = warm_start_key(base_model, [_task(0)], {}, cfg)
+    assert key == warm_start_key(base_model, [_task(0)], {}, replace(cfg, max_tokens=0))
+    assert key != warm_start_key(base_model, [_task(0)], {}, replace(cfg, max_tokens=256))
