@@ -56,23 +56,29 @@ def model_cell(run: dict[str, Any]) -> str:
 
 def _model_text(chosen: list[dict[str, Any]]) -> str:
     models = ", ".join(sorted({f"`{r['model']}`" for r in chosen}))
-    text = f"Model {models}: the tiny Qwen3-architecture model, random init from one seed"
+    text = f"Models {models}: the tiny Qwen3-architecture model initialised from one seed"
     if any(r.get("warm_start") for r in chosen):
-        text += (" (*random init*), or that init fine-tuned (*SFT*) on the scripted expert's demonstrations recorded "
-                 "through the same harness on tasks of the train split, so that it makes the harness's tool calls and "
-                 "its rollouts have turns (the name is the warm start's cache key)")
+        text += (". *SFT* rows fine-tune it on the scripted expert's demonstrations recorded through the same harness "
+                 "on tasks of the train split, so that it makes that harness's tool calls and its rollouts have turns "
+                 "(the model's name is the warm start's cache key)")
+    if not all(r.get("warm_start") for r in chosen):
+        text += ". *random init* rows sample from it untrained (the name is a cache key that also covers the corpus)"
     return text
 
 
-def _random_init_caveat(chosen: list[dict[str, Any]]) -> str:
-    if all(r.get("warm_start") for r in chosen):
-        return ("A fine-tuned tiny model is still a weak policy: at temperature 1 its tool calls are often malformed; "
-                "the rates describe what such a sampler produces in each harness, not a capable model.")
-    return ("A random-init model rarely emits a well-formed action, so most rollouts end early (format errors, a "
-            "reply without a tool call); the rates describe sampled token sequences, not a trained policy. Its "
-            "next-token distribution is close to uniform whatever the prompt and the per-sample seeds are shared, so "
-            "(b) counts near-uniform draws from the vocabulary, much the same sequences in every harness: it shows "
-            "how often such sequences are non-canonical, not the rate of a trained model.")
+def _caveats(chosen: list[dict[str, Any]]) -> str:
+    parts = []
+    if any(r.get("warm_start") for r in chosen):
+        parts.append("A fine-tuned tiny model is still a weak policy: at temperature 1 its tool calls are often "
+                     "malformed; the rates describe what such a sampler produces in each harness, not a capable model.")
+    if not all(r.get("warm_start") for r in chosen):
+        parts.append("A random-init model rarely emits a well-formed action, so most rollouts end early (format "
+                     "errors, a reply without a tool call; in OpenCode and OpenHands the latter ends the run, so they "
+                     "have no turns). Its next-token distribution is close to uniform whatever the prompt and the "
+                     "per-sample seeds are shared, so (b) counts near-uniform draws from the vocabulary, much the "
+                     "same sequences in every harness: it shows how often such sequences are non-canonical, not the "
+                     "rate of a trained model.")
+    return " ".join(parts)
 
 
 def row(run: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +137,7 @@ def drift_markdown(runs: list[dict[str, Any]]) -> str:
     tokenizers = {TOKENIZER_NAMES.get(r["tokenizer"], r["tokenizer"]) for r in chosen}
     lines = [
         pd.DataFrame([row(r) for r in chosen]).to_markdown(index=False, disable_numparse=True), "",
-        f"{_model_text(chosen)}, on the {', '.join(sorted(tokenizers))} "
+        f"{_model_text(chosen)}. All on the {', '.join(sorted(tokenizers))} "
         f"tokenizer, sampled at temperature {first['temperature']} with up to {first['max_tokens']} tokens a call, "
         f"through the recording proxy and the CPU server; tasks {', '.join(sorted(tasks))}. Shares are k/n with "
         "a 95% Wilson interval. (a) turns = calls with an earlier call of the same purpose in their rollout "
@@ -143,7 +149,7 @@ def drift_markdown(runs: list[dict[str, Any]]) -> str:
         "decoded text encodes to other ids; *invalid UTF-8*: of those, sequences whose bytes are not even valid "
         "UTF-8. (c) the harness's turns whose prompt the rebuilt loop does not reproduce token for token when "
         "the recording is replayed through it (mini-SWE-agent 2.x tool-call mode only). "
-        + _random_init_caveat(chosen), "",
+        + _caveats(chosen), "",
         "### Per call purpose", "",
         pd.DataFrame([r for run in chosen for r in purpose_rows(run)]).to_markdown(index=False,
                                                                                   disable_numparse=True), "",

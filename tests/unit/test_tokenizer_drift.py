@@ -155,7 +155,7 @@ def test_random_init_and_warm_started_runs_of_a_harness_each_keep_their_row() ->
     assert [r["started_at"] for r in chosen] == [3.0, 2.0]  # newest random init first, then the warm start
     assert [row(r)["model"] for r in chosen] == [
         "random init", "SFT on 64 expert demos (320 steps, loss 11.90 -> 0.41)"]
-    assert "fine-tuned (*SFT*)" in drift_markdown(chosen) and "random init" in drift_markdown(chosen)
+    assert "*SFT* rows fine-tune it" in drift_markdown(chosen) and "*random init* rows" in drift_markdown(chosen)
 
 
 def test_a_replay_the_loop_cannot_continue_counts_the_rest_as_divergent(monkeypatch: pytest.MonkeyPatch) -> None:
