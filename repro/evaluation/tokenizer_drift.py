@@ -115,9 +115,9 @@ def total_share(per_purpose: dict[str, Any], key: str = "breaks", of: str = "tur
 
 def token_bytes(tokenizer: Any, ids: Sequence[int]) -> bytes:
     """The bytes a byte-level BPE tokenizer's ``ids`` stand for (added tokens: their text in UTF-8)."""
-    from repro.tinymodel.qwen3_tokenizer import byte_alphabet
+    from repro.tinymodel.qwen3_tokenizer import byte_values
 
-    inverse = {char: byte for byte, char in enumerate(byte_alphabet())}
+    inverse = byte_values()
     added = set(getattr(tokenizer, "all_special_ids", []) or []) | set(
         getattr(tokenizer, "added_tokens_decoder", {}) or {})
     out = bytearray()

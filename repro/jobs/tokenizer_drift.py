@@ -6,10 +6,10 @@ evaluation. With ``warm_start.n_demo_tasks > 0`` the model is first fine-tuned (
 scripted expert's demonstrations through the same harness, on tasks of the train split, so that it makes the
 harness's tool calls and its rollouts have turns to measure. Then, from the stored calls
 (:mod:`repro.evaluation.tokenizer_drift`): the share of turns whose prompt is not the previous prompt + the sampled
-completion (per call purpose, with causes), the share of sampled
-completions that are not the canonical tokenization of their own text, the prompt lengths (a harness whose prompts
-do not fit the context reports those instead of rates) and, for mini-SWE-agent 2.x in tool-call mode, the rebuilt
-loop's divergence from the harness when the recordings are replayed through it (:mod:`repro.rebuilt.fidelity`).
+completion (per call purpose, with causes), the share of sampled completions that are not the canonical tokenization
+of their own text, the prompt lengths (a harness whose prompts do not fit the context reports those instead of
+rates) and, for mini-SWE-agent 2.x in tool-call mode, the rebuilt loop's divergence from the harness when the
+recordings are replayed through it (:mod:`repro.rebuilt.fidelity`).
 Writes metrics.json of kind ``tokenizer_drift``; ``repro table`` publishes ``results/<table>.md``.
 """
 
@@ -71,10 +71,9 @@ def tokenizer_drift_job(model: TinyModelConfig, serving: CpuServingConfig, proxy
             with running_stack(model_dir, serving, proxy, run_dir) as stack:
                 reports, _ = run_frozen_eval(run_dir, store_path, spec, eval, task_list, stack, agent, box, model_name)
             print("measuring drift from the stored calls", flush=True)
-            measured = measure(store_path, model_dir, serving.max_model_len or model.max_position_embeddings)
-            if drift.replay and _replayable(agent.cfg):
-                measured["replay"] = replay_fidelity(store_path, {t.instance_id: t for t in task_list}, agent.cfg,
-                                                     model_dir, box, drift.max_replays)
+            replay = {t.instance_id: t for t in task_list} if drift.replay and _replayable(agent.cfg) else None
+            measured = measure_store(store_path, model_dir, serving.max_model_len or model.max_position_embeddings,
+                                     replay, agent.cfg, box, drift.max_replays)
         finally:
             box.close()
     metrics = {
@@ -112,17 +111,28 @@ def warm_started(run_dir: Path, base_model: Path, tasks: TaskDistributionConfig 
     return warm_dir, warm
 
 
-def measure(store_path: Path, model_dir: Path, max_model_len: int | None) -> dict[str, Any]:
-    """Prefix drift, non-canonical completions and prompt lengths over every rollout of the store."""
+def measure_store(store_path: Path, model_dir: Path, max_model_len: int | None, replay_tasks: dict[str, Any] | None,
+                  cfg: Any, box: Any, max_replays: int) -> dict[str, Any]:
+    """:func:`measure` on the store's evaluation rollouts, plus :func:`replay_fidelity` of them through the rebuilt
+    loop when ``replay_tasks`` (instance id -> task) is given."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    eos_ids = _eos_ids(tokenizer, model_dir)
     store = open_store(store_path)
     try:
-        rollouts = [store.calls(r.rollout_id) for r in store.list_rollouts() if r.mode != "demo"]
+        rollouts = [r for r in store.list_rollouts() if r.mode != "demo"]
+        measured = measure([store.calls(r.rollout_id) for r in rollouts], tokenizer, _eos_ids(tokenizer, model_dir),
+                           max_model_len)
+        if replay_tasks is not None:
+            measured["replay"] = replay_fidelity(store, rollouts, replay_tasks, cfg, model_dir, tokenizer, box,
+                                                 max_replays)
     finally:
         store.close()
+    return measured
+
+
+def measure(rollouts: list[list[Any]], tokenizer: Any, eos_ids: list[int], max_model_len: int | None) -> dict[str, Any]:
+    """Prefix drift, non-canonical completions and prompt lengths over ``rollouts`` (each: its calls in order)."""
     prefix = prefix_drift(rollouts, tokenizer, eos_ids)
     retok = retokenization([c for calls in rollouts for c in calls], tokenizer, eos_ids)
     return {
@@ -135,15 +145,17 @@ def measure(store_path: Path, model_dir: Path, max_model_len: int | None) -> dic
 
 
 def _eos_ids(tokenizer: Any, model_dir: Path) -> list[int]:
-    """The ids that end a sampled turn: the tokenizer's end token and the generation config's."""
-    import json
+    """The ids that end a sampled turn, as the CPU server reads them (:func:`repro.serving.engine.end_token_ids`)
+    from the checkpoint's generation config (derived from its config when it has none, as transformers does)."""
+    from transformers import AutoConfig, GenerationConfig
 
-    ids = {tokenizer.eos_token_id} - {None}
-    config = model_dir / "generation_config.json"
-    if config.exists():
-        eos = json.loads(config.read_text()).get("eos_token_id")
-        ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    return sorted(ids)
+    from repro.serving.engine import end_token_ids
+
+    try:
+        generation = GenerationConfig.from_pretrained(model_dir)
+    except OSError:
+        generation = GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_dir))
+    return sorted(end_token_ids(generation.eos_token_id, tokenizer.eos_token_id))
 
 
 def _replayable(cfg: Any) -> bool:
@@ -152,24 +164,16 @@ def _replayable(cfg: Any) -> bool:
         cfg.mode == "toolcall"
 
 
-def replay_fidelity(store_path: Path, tasks: dict[str, Any], cfg: Any, model_dir: Path, box: Any,
-                    max_replays: int) -> dict[str, Any]:
-    """The recorded rollouts replayed through the rebuilt loop (:func:`repro.rebuilt.fidelity.replay_rollout`)."""
-    from transformers import AutoTokenizer
-
+def replay_fidelity(store: Any, rollouts: list[Any], tasks: dict[str, Any], cfg: Any, model_dir: Path,
+                    tokenizer: Any, box: Any, max_replays: int) -> dict[str, Any]:
+    """The finished ones of ``rollouts`` (most calls first, at most ``max_replays``) replayed through the rebuilt loop
+    (:func:`repro.rebuilt.fidelity.replay_recorded`)."""
     from repro.rebuilt.fidelity import replay_recorded, summarize
     from repro.rebuilt.harness import loop_spec
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     spec = loop_spec(cfg, model_dir.parent / ".rebuilt-home")
-    store = open_store(store_path)
-    try:
-        rollouts = [r for r in store.list_rollouts()
-                    if r.status == "finished" and r.task_id in tasks and r.mode != "demo"]
-        counts = {r.rollout_id: store.count_calls([r.rollout_id]) for r in rollouts}
-        picked = sorted(rollouts, key=lambda r: -counts[r.rollout_id])[:max_replays]
-        results = replay_recorded(store, picked, tasks, box, spec, tokenizer, purpose="policy")
-    finally:
-        store.close()
-    summary = summarize(results)
+    finished = [r for r in rollouts if r.status == "finished" and r.task_id in tasks]
+    counts = {r.rollout_id: store.count_calls([r.rollout_id]) for r in finished}
+    picked = sorted(finished, key=lambda r: -counts[r.rollout_id])[:max_replays]
+    summary = summarize(replay_recorded(store, picked, tasks, box, spec, tokenizer, purpose="policy"))
     return summary | {"share": Share(summary["divergent_turns"], summary["turns"]).to_dict()}

@@ -55,6 +55,12 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the model's max_position_embeddings
 
 
+
+def end_token_ids(generation_eos: int | list[int] | None, tokenizer_eos: int | None) -> set[int]:
+    """The ids that end a sampled turn: the generation config's end token(s) and the tokenizer's."""
+    ids = set(generation_eos) if isinstance(generation_eos, list) else {generation_eos}
+    return (ids | {tokenizer_eos}) - {None}
+
 @dataclass
 class SamplingParams:
     """Per-request sampling parameters (one row)."""
@@ -193,11 +199,7 @@ class Engine:
         self._thread.start()
 
     def _eos_ids(self) -> set[int]:
-        eos = self.model.generation_config.eos_token_id
-        ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        return ids
+        return end_token_ids(self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id)
 
     def resolve_max_tokens(self, prompt_len: int, max_tokens: int | None) -> int:
         """The row's token budget; raises :class:`PromptTooLongError` when it cannot fit."""

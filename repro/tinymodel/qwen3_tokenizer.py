@@ -19,6 +19,7 @@ extra ``qwen3-tokenizer``; without it the build stops with :data:`QUICKTOK_HINT`
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -69,6 +70,12 @@ def byte_alphabet() -> list[str]:
     for n, byte in enumerate(b for b in range(256) if b not in printable):
         chars[byte] = chr(256 + n)
     return chars
+
+
+@functools.cache
+def byte_values() -> dict[str, int]:
+    """:func:`byte_alphabet` inverted: printable character -> the byte it stands for."""
+    return {char: byte for byte, char in enumerate(byte_alphabet())}
 
 
 def id_table(encoding: Any) -> tuple[list[bytes], dict[str, int]]:
