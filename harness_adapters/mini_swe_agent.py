@@ -20,7 +20,10 @@ Findings from reading the 2.4.6 source and watching it against a stub server:
 - Local environment: commands run in ``environment.cwd`` (else the process cwd), each in a fresh
   ``bash`` subshell with its own session, env = the harness process env + ``environment.env``;
   ``environment.timeout`` (default 30 s) per command. Prompts embed ``platform.uname()``
-  (``{{system}} {{release}} {{version}} {{machine}}``), so the prompt differs across kernels.
+  (``{{system}} {{release}} {{version}} {{machine}}``), so the prompt differs across kernels. The local
+  environment's template variables are ``uname | os.environ`` (1.x and 2.x alike: the process environment wins),
+  so ``MiniSweAgentConfig.platform`` pins that line through the harness process's environment, template
+  unchanged (:func:`platform_variables`). 2.x's ``DockerEnvironment`` renders the host's ``uname`` (no override).
 - ``-y`` = yolo mode; ``--exit-immediately`` = no confirmation on submit. With stdin not a TTY a hit step
   limit ends the run cleanly (exit status ``LimitsExceeded``) instead of prompting. Exit code is 0 for
   Submitted / LimitsExceeded / TimeExceeded / RepeatedFormatError (3 consecutive format errors, e.g. a
@@ -80,6 +83,12 @@ TRAJECTORY_NAME = "trajectory.traj.json"
 RESULT_NAME = "harness_run.json"
 
 RunStatus = Literal["finished", "crashed", "timeout"]
+# The ``<system_information>`` line every first prompt gets on any host (mini's template:
+# ``{{system}} {{release}} {{version}} {{machine}}``): demonstrations, warm starts and frozen evaluations are then the
+# same token ids on every machine, whatever its kernel. ``platform: {}`` in the harness config: the host's uname.
+PINNED_PLATFORM: dict[str, str] = {"system": "Linux", "release": "6.1.0", "version": "#1 SMP PREEMPT_DYNAMIC",
+                                   "machine": "x86_64"}
+UNAME_FIELDS = ("system", "node", "release", "version", "machine")
 
 
 @dataclass(frozen=True)
@@ -99,8 +108,12 @@ class MiniSweAgentConfig:
     query_attempts: int = 1
     extra_model_kwargs: dict[str, Any] = field(default_factory=dict)
     config_file: str | None = None
+    platform: dict[str, str] = field(default_factory=lambda: dict(PINNED_PLATFORM))  # {}: the host's uname
 
     def __post_init__(self) -> None:
+        unknown = sorted(set(self.platform) - set(UNAME_FIELDS))
+        if unknown:
+            raise ValueError(f"harness.platform pins fields of platform.uname() {UNAME_FIELDS}, got {unknown}")
         if self.mode not in ("toolcall", "text"):
             raise ValueError(f"mode must be 'toolcall' or 'text', got {self.mode!r}")
         if is_v1(self.version) and self.mode != "text":
@@ -173,9 +186,9 @@ def fixed_prompt_texts(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None, *
     """The fixed paragraphs of every ``*_template`` (system, instance, observation, format error) of the base
     config this adapter passes for ``cfg``: the recipe tokenizer's added tokens (sorted, distinct).
 
-    ``platform_line`` adds the paragraphs of the instance template rendered with this machine's
-    ``platform.uname()`` (as mini's local environment renders it): the ``<system_information>`` block becomes
-    one token instead of ~50, but the tokenizer then depends on the machine's kernel."""
+    ``platform_line`` adds the paragraphs of the instance template rendered with :func:`platform_variables` (as
+    mini's local environment renders it): the ``<system_information>`` block becomes one token instead of ~35; with
+    ``cfg.platform`` pinned (the default) the tokenizer is the same on every machine, else it follows the kernel."""
     from repro.tinymodel.vocab import fixed_template_texts, rendered_texts, sentinel
 
     env = env or ensure_mini_swe_agent_env(cfg.version)
@@ -184,9 +197,22 @@ def fixed_prompt_texts(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None, *
     texts = fixed_template_texts(value for section in sections for key, value in section.items()
                                  if key.endswith("_template") and isinstance(value, str))
     if platform_line:
-        variables = {**platform.uname()._asdict(), "task": sentinel(0)}
+        variables = {**platform_variables(cfg), "task": sentinel(0)}
         texts = sorted({*texts, *rendered_texts(data["agent"]["instance_template"], variables)})
     return texts
+
+
+def platform_variables(cfg: MiniSweAgentConfig) -> dict[str, str]:
+    """The ``platform.uname()`` fields mini's local environment renders into its prompts for ``cfg``: the host's,
+    with ``cfg.platform``'s pinned values over them (the harness process's environment carries those)."""
+    host = {name: str(value) for name, value in platform.uname()._asdict().items() if name in UNAME_FIELDS}
+    return host | dict(cfg.platform)
+
+
+def platform_line(cfg: MiniSweAgentConfig) -> str:
+    """The ``<system_information>`` line of mini's default instance template for ``cfg``."""
+    u = platform_variables(cfg)
+    return f"{u['system']} {u['release']} {u['version']} {u['machine']}"
 
 
 def base_config(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None) -> dict[str, Any]:
@@ -255,8 +281,9 @@ def litellm_model_name(model_name: str) -> str:
 
 
 def build_process_env(cfg: MiniSweAgentConfig, *, home: Path, config_dir: Path) -> dict[str, str]:
-    """A clean, isolated environment (``processes.isolated_env``) with mini-SWE-agent's own settings."""
-    return isolated_env(home, extra_dirs=("mswea",)) | {
+    """A clean, isolated environment (``processes.isolated_env``) with mini-SWE-agent's own settings and the
+    pinned ``platform.uname()`` fields (template variables of its local environment, see ``PINNED_PLATFORM``)."""
+    return isolated_env(home, extra_dirs=("mswea",)) | dict(cfg.platform) | {
         "MSWEA_GLOBAL_CONFIG_DIR": str(home / "mswea"),
         "MSWEA_CONFIG_DIR": str(config_dir),
         "MSWEA_CONFIGURED": "true",
@@ -274,7 +301,10 @@ def write_harness_config(env: HarnessEnv, cfg: MiniSweAgentConfig, config_dir: P
     settings_path = config_dir / CONFIG_NAMES["settings"]
     write_yaml(settings_path, harness_settings(cfg))
     files = {name: _sha256(config_dir / name) for name in CONFIG_NAMES.values()}
-    combined = hashlib.sha256("".join(f"{n}:{h}\n" for n, h in sorted(files.items())).encode()).hexdigest()
+    lines = "".join(f"{n}:{h}\n" for n, h in sorted(files.items()))
+    if cfg.platform:  # the pinned uname is part of what the prompts say (unpinned: the identity as before)
+        lines += f"platform:{json.dumps(cfg.platform, sort_keys=True)}\n"
+    combined = hashlib.sha256(lines.encode()).hexdigest()
     packages = {p: env.version_of(p) or "" for p in ("mini-swe-agent", "litellm", "openai")}
     return HarnessIdentity(NAME, packages["mini-swe-agent"], combined, files, packages)
 

@@ -173,7 +173,7 @@ def _metrics(mini: Miniature, before: list[Any], arms: dict[str, Any], fid: dict
         "habits_before": slip_share(mini.run_dir / "traces.sqlite", before, mini.operators),
         "weights_sha256_before": warm["weights_sha256"],
         "arms": out_arms, "rebuilt_minus_proxy": between, "fidelity": fid, "warm_start": warm, "seed": rl.seed,
-        "platform": prompt_platform(),
+        "platform": prompt_platform(mini.cfg.harness),
         "rl": asdict(rl), "trainer": asdict(trainer), "samples": {"mode": samples.mode, "weighting": trainer.weighting},
         "compute": mini.acct.to_dict(), "started_at": started, "finished_at": time.time(),
         "wall_s": time.time() - started,

@@ -97,7 +97,7 @@ def before_after_metrics(mini: Miniature, before: list[Any], result: dict[str, A
         "warm_start": warm, "rl": {"config": asdict(arm.rl), "history": result["history"]}, "probe": result["probe"],
         "diagnostics": [h["diagnostics"] for h in result["history"]],
         "trainer": asdict(arm.trainer), "samples": {"mode": arm.samples.mode, "weighting": arm.trainer.weighting},
-        "loop": result["loop"], "seed": arm.rl.seed, "platform": prompt_platform(),
+        "loop": result["loop"], "seed": arm.rl.seed, "platform": prompt_platform(mini.cfg.harness),
         "compute": mini.acct.to_dict(), "started_at": started, "finished_at": time.time(),
         "wall_s": time.time() - started,
     }

@@ -55,9 +55,14 @@ class WarmStartConfig:
     use_cache: bool = True
 
 
-def prompt_platform() -> str:
-    """The ``platform.uname()`` line mini-SWE-agent writes into every first prompt: demonstrations recorded on a
-    machine with another kernel are other token ids, so the key (and each run's record) names it."""
+def prompt_platform(harness_cfg: Any = None) -> str:
+    """The ``platform.uname()`` line mini-SWE-agent writes into every first prompt: its config's pinned line
+    (``harness.platform``, the same on every machine), else the host's (demonstrations recorded on a machine with
+    another kernel are then other token ids), so the key (and each run's record) names it."""
+    from harness_adapters.mini_swe_agent import MiniSweAgentConfig, platform_line
+
+    if isinstance(harness_cfg, MiniSweAgentConfig):
+        return platform_line(harness_cfg)
     u = platform.uname()
     return f"{u.system} {u.release} {u.version} {u.machine}"
 
@@ -76,14 +81,16 @@ def sft_identity(sft: SftConfig) -> dict[str, Any]:
 
 
 def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[str, Any],
-                   cfg: WarmStartConfig) -> str:
-    """Hash of everything that determines the warm-start checkpoint."""
+                   cfg: WarmStartConfig, platform_text: str | None = None) -> str:
+    """Hash of everything that determines the warm-start checkpoint; ``platform_text``: the prompts' platform
+    line (:func:`prompt_platform` of the harness config; default: the host's)."""
     digest = hashlib.sha256()
     digest.update((Path(base_model) / "repro_model.json").read_bytes())
     for task in tasks:
         digest.update(f"{task.instance_id}\0{task.base_commit}\0{task.patch}\0".encode())
     payload = {"harness": harness_identity, "expert": EXPERT_VERSION, "mode": cfg.sample_mode,
-               "sft": sft_identity(cfg.sft), "sft_data": SFT_DATA_VERSION, "platform": prompt_platform()}
+               "sft": sft_identity(cfg.sft), "sft_data": SFT_DATA_VERSION,
+               "platform": prompt_platform() if platform_text is None else platform_text}
     if cfg.expert_slip_rate:
         payload["slip"] = [cfg.expert_slip_rate, cfg.expert_slip_seed, *cfg.expert_slip_operators]
     if cfg.max_tokens:
@@ -135,7 +142,7 @@ def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStar
                tracking: TrackingConfig | None = None) -> tuple[Path, dict[str, Any]]:
     """The warm-start checkpoint (built, or reused from the cache) and what it took; SFT's training loss goes to
     ``tracking``'s tracker (trl's ``report_to``) as the run ``sft-<run dir name>``."""
-    key = warm_start_key(base_model, tasks, agent.identity(), cfg)
+    key = warm_start_key(base_model, tasks, agent.identity(), cfg, prompt_platform(getattr(agent, "cfg", None)))
     out = cache_dir() / "warm_start" / f"warm-{key}"
     if cfg.use_cache and (out / STATS_FILE).exists():
         stats = json.loads((out / STATS_FILE).read_text())

@@ -68,6 +68,7 @@ def loop_spec(cfg: MiniSweAgentConfig, home: Path) -> LoopSpec:
         tools=harness_tools(cfg), step_limit=cfg.step_limit, wall_time_limit_s=cfg.wall_time_limit_s,
         max_format_errors=int(agent.get("max_consecutive_format_errors", 3)), command_timeout_s=cfg.command_timeout_s,
         command_env=build_process_env(cfg, home=home, config_dir=home) | dict(environment.get("env", {})),
+        platform=dict(cfg.platform),
         sampling={k: kwargs[k] for k in ("temperature", "max_tokens") if k in kwargs},
     )
 

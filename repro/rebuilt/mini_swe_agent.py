@@ -70,6 +70,7 @@ class LoopSpec:
     max_format_errors: int = 3
     command_timeout_s: int = 30
     command_env: dict[str, str] = field(default_factory=dict)
+    platform: dict[str, str] = field(default_factory=dict)  # pinned uname fields (the harness's ``platform``)
     sampling: dict[str, Any] = field(default_factory=dict)  # temperature / max_tokens as the harness sends them
 
 
@@ -114,7 +115,7 @@ class RebuiltLoop:
         self.outputs: list[dict[str, Any]] = []  # every executed action's raw output, in order
 
     def run(self, task: str) -> str:
-        variables = {**platform.uname()._asdict(), "task": task}
+        variables = {**platform.uname()._asdict(), **self.spec.platform, "task": task}
         self.conversation = TokenConversation(self.tokenizer, self.spec.tools, [
             {"role": "system", "content": render(self.spec.system_template, variables)},
             {"role": "user", "content": render(self.spec.instance_template, variables)},

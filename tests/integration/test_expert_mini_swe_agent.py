@@ -6,6 +6,7 @@ every rollout is three calls (look the line up, edit it, check and submit) whose
 from __future__ import annotations
 
 import json
+import platform
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from harness_adapters.mini_swe_agent import (
     ensure_mini_swe_agent_env,
     fixed_prompt_texts,
     harness_tools,
+    platform_line,
 )
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.store import open_store
@@ -105,3 +107,13 @@ def test_platform_line_option_is_the_recorded_system_information(expert_run: dic
     (block,) = [p for p in extra if p.startswith("<system_information>\n")]
     (call,) = open_store(expert_run["store"]).calls("expert-0")
     assert block in call.request["messages"][1]["content"]
+
+
+def test_the_prompts_platform_line_is_the_pinned_one_not_the_hosts(expert_run: dict) -> None:
+    """mini renders ``harness.platform`` (set in its process environment), whatever this machine's kernel is."""
+    (call,) = open_store(expert_run["store"]).calls("expert-0")
+    instance = call.request["messages"][1]["content"]
+    assert f"<system_information>\n{platform_line(HARNESS)}\n</system_information>" in instance
+    assert platform_line(HARNESS) == "Linux 6.1.0 #1 SMP PREEMPT_DYNAMIC x86_64"
+    if platform.release() != HARNESS.platform["release"]:
+        assert platform.release() not in instance

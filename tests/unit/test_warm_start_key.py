@@ -33,6 +33,29 @@ def test_the_key_changes_with_the_platform_line_and_the_tasks(base_model: Path, 
     assert key != warm_start_key(base_model, tasks, {"name": "h"}, WarmStartConfig())
 
 
+def test_a_pinned_platform_gives_the_same_key_and_environment_on_any_kernel(base_model: Path, monkeypatch) -> None:
+    """harness.platform (the default) pins the prompt's line: another kernel string changes neither the key nor
+    the template variables the harness process gets; ``platform: {}`` follows the host."""
+    from harness_adapters.mini_swe_agent import MiniSweAgentConfig, build_process_env, platform_variables
+
+    pinned, host = MiniSweAgentConfig(), MiniSweAgentConfig(platform={})
+    tasks, cfg = [_task(0)], WarmStartConfig()
+
+    def key_and_env(harness: MiniSweAgentConfig) -> tuple[str, dict[str, str]]:
+        env = build_process_env(harness, home=base_model, config_dir=base_model)
+        return warm_start_key(base_model, tasks, {}, cfg, prompt_platform(harness)), env
+
+    before, before_host = key_and_env(pinned), key_and_env(host)
+    real = platform.uname()
+    monkeypatch.setattr(platform, "uname", lambda: real._replace(release="0.0.0-other", version="#9 other"))
+    assert key_and_env(pinned) == before
+    assert before[1]["release"] == "6.1.0" and "release" not in before_host[1]
+    assert key_and_env(host)[0] != before_host[0]
+    assert platform_variables(host)["release"] == "0.0.0-other" and platform_variables(pinned)["release"] == "6.1.0"
+    with pytest.raises(ValueError, match=r"platform\.uname"):
+        MiniSweAgentConfig(platform={"kernel": "x"})
+
+
 def test_max_length_enters_the_key_only_when_set(base_model: Path) -> None:
     """Whole rows (``max_length=0``) keep the keys of warm starts made before the option existed."""
     from dataclasses import replace
