@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import io
 import os
 import re
@@ -12,15 +13,73 @@ import shutil
 import subprocess
 import tarfile
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import repro.sandbox.images as images_module
+from repro.files import cache_dir, locked
 from repro.sandbox.docker_engine import DockerUnavailable, client, engine_available
-from repro.sandbox.images import ImageBuildError, base_image_name, build_base_image
+from repro.sandbox.images import ImageBuildError, base_image_name, build_base_image, os_image_name
 from repro.sandbox.local import LocalSandbox
 from repro.sandbox.repos import apply_patch
 from repro.tasks.schema import Task
+
+
+def _has_image(engine: Any, name: str) -> bool:
+    try:
+        engine.images.get(name)
+    except Exception:  # docker.errors.ImageNotFound
+        return False
+    return True
+
+
+def saved_base_image() -> Path:
+    """Where the test base image (with its OS base) is saved between runs: named by both images' tags (the hashes
+    of their recipes) and by the code that builds them, so a change to either builds afresh."""
+    code = hashlib.sha256(Path(images_module.__file__).read_bytes()).hexdigest()[:12]
+    tags = "-".join(name.split(":", 1)[1] for name in (os_image_name(), base_image_name()))
+    return cache_dir() / "docker-images" / f"repro-base-{tags}-{code}.tar"
+
+
+def ensure_base_image(engine: Any, log: Callable[[str], None] = print) -> str | None:
+    """The test base image in the engine: there already, loaded from :func:`saved_base_image` (``docker load``,
+    seconds), or built (debootstrap, ~75 s) and saved for the next run; None, or why it cannot be had. Under a file
+    lock, so the tests wait for the build ``.ci/run`` starts in the background instead of building it twice."""
+    saved = saved_base_image()
+    with locked(saved.with_suffix(".lock")):
+        if _has_image(engine, base_image_name()):
+            return None
+        if saved.is_file():
+            loaded = subprocess.run(["docker", "load", "-q", "-i", str(saved)], capture_output=True, text=True)
+            if loaded.returncode == 0 and _has_image(engine, base_image_name()):
+                log(f"images: loaded {base_image_name()} from {saved}")
+                return None
+        if shutil.which("debootstrap") is None:
+            return "the test base image is not built and debootstrap is missing (.ci/run installs it)"
+        try:
+            build_base_image(engine, log)
+        except (ImageBuildError, DockerUnavailable) as exc:
+            return f"cannot build the test base image: {str(exc).splitlines()[0]}"
+        _save(saved, log)
+    return None
+
+
+def _save(saved: Path, log: Callable[[str], None]) -> None:
+    """``docker save`` of the base image and its OS base into ``saved`` (written aside, then renamed); a failure to
+    save only costs the next run a build."""
+    partial = saved.with_suffix(".partial")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    out = subprocess.run(["docker", "save", "-o", str(partial), base_image_name(), os_image_name()],
+                         capture_output=True, text=True)
+    if out.returncode == 0:
+        partial.replace(saved)
+        log(f"images: saved {base_image_name()} to {saved}")
+    else:
+        partial.unlink(missing_ok=True)
+        log(f"images: could not save {base_image_name()}: {out.stderr.strip()[-300:]}")
 
 
 @functools.cache
@@ -29,16 +88,8 @@ def _engine_or_reason() -> tuple[Any, str | None]:
     if reason:
         return None, f"no Docker engine here ({reason}); .ci/run starts one"
     engine = client()
-    try:
-        engine.images.get(base_image_name())
-    except Exception:  # not built yet: build it (needs root + debootstrap), or say why not
-        if shutil.which("debootstrap") is None:
-            return None, "the test base image is not built and debootstrap is missing (.ci/run installs it)"
-        try:
-            build_base_image(engine)
-        except (ImageBuildError, DockerUnavailable) as exc:
-            return None, f"cannot build the test base image: {str(exc).splitlines()[0]}"
-    return engine, None
+    missing = ensure_base_image(engine)
+    return (None, missing) if missing else (engine, None)
 
 
 def docker_engine() -> Any:
