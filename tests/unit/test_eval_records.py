@@ -126,7 +126,7 @@ def _hammer(run_dir: str, worker: int) -> None:
 
 
 def test_concurrent_preds_updates_lose_nothing(tmp_path: Path) -> None:
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # fork could inherit a lock another thread holds
     procs = [ctx.Process(target=_hammer, args=(str(tmp_path), w)) for w in range(4)]
     for p in procs:
         p.start()

@@ -70,7 +70,9 @@ def _build(_: int) -> dict[str, str]:
 
 
 def test_concurrent_builders_agree(cache: Path):
-    with multiprocessing.get_context("fork").Pool(3) as pool:
+    # spawn, not fork: earlier tests leave threads (tqdm's monitor, servers) whose locks a forked child can inherit
+    # held; one such child hung the suite until the 600 s timeout
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
         results = pool.map(_build, range(3))
     assert results[0] == results[1] == results[2]
     path = repo_dir("race")
