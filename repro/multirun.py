@@ -14,7 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from repro.configs import CONFIG_PATH
-from repro.runner import check_experiment, record_failure, run_configured
+from repro.runner import check_experiment, output_root, record_failure, run_configured
 
 
 def sweep_job(cfg: DictConfig) -> str:
@@ -29,7 +29,7 @@ def sweep_job(cfg: DictConfig) -> str:
     try:
         return str(run_configured(cfg, run_dir, overrides))
     except (Exception, SystemExit) as exc:  # recorded, then the next job runs (unless the user stopped the sweep)
-        message = record_failure(run_dir, overrides, exc, job=hydra_cfg.job.num)
+        message = record_failure(run_dir, overrides, exc, job=hydra_cfg.job.num, outputs=output_root(cfg))
         if stopped_by_signal(exc):
             print(f"sweep stopped at job #{hydra_cfg.job.num}: {message}", file=sys.stderr, flush=True)
             raise

@@ -1,7 +1,8 @@
 """`repro run`: compose the Hydra config, make a run directory, call the experiment's job.
 
 A run directory holds the resolved config (``config.yaml``), ``manifest.json`` (versions, git SHA,
-hardware) and whatever the job writes (``traces.sqlite``, ``metrics.json``, ...). ``repro run -m ...`` is a
+hardware) and whatever the job writes (``traces.sqlite``, ``metrics.json``, ...); a run that finishes or fails
+ends by writing ``record.json``, the few KB its tables need (``repro.report.records``). ``repro run -m ...`` is a
 Hydra multirun (``repro.multirun``): one run directory per job of the sweep, through Hydra's launcher.
 """
 
@@ -29,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from repro.configs import CONFIG_DIR, CONFIG_MODULE, EXPERIMENT_GROUP, config_groups
 from repro.files import atomic_write_text
 from repro.pricing import PricingConfig, price_metrics
+from repro.report.records import ERROR_FILE, machine, write_record
 from repro.secrets import REDACTED, is_secret_key, without_secrets
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -95,6 +97,7 @@ def manifest() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
+        "machine": machine(),
         "packages": _versions(["repro", "torch", "transformers", "tokenizers", "aiohttp", "uvicorn", "hydra-core"]),
         "created_at": time.time(),
     }
@@ -147,20 +150,27 @@ def run(overrides: list[str]) -> Path:
             with contextlib.suppress(OSError):
                 run_dir.parent.rmdir()  # the experiment's folder, if this was its only run
         else:
-            record_failure(run_dir, overrides, sys.exc_info()[1])
+            record_failure(run_dir, overrides, sys.exc_info()[1], outputs=output_root(cfg))
         raise
     except Exception as exc:
-        record_failure(run_dir, overrides, exc)
+        record_failure(run_dir, overrides, exc, outputs=output_root(cfg))
         raise
 
 
 _RECORD_FILES = {"config.yaml", "overrides.txt", "manifest.json"}
-ERROR_FILE = "error.json"
 
 
-def record_failure(run_dir: Path, overrides: list[str], exc: BaseException | None, job: int | None = None) -> str:
+def output_root(cfg: DictConfig) -> Path | None:
+    """``run.output_root``, the folder a run's record names its paths under (None when the config has none)."""
+    root = (cfg.get("run") or {}).get("output_root")
+    return Path(root) if root else None
+
+
+def record_failure(run_dir: Path, overrides: list[str], exc: BaseException | None, job: int | None = None,
+                   outputs: Path | None = None) -> str:
     """Write ``error.json`` (the overrides, the error, a traceback unless it was a clean ``SystemExit``) into a
-    run directory whose job failed after it started working, so tables can list the run instead of dropping it."""
+    run directory whose job failed after it started working, so tables can list the run instead of dropping it
+    (``outputs``: the run's output root, which its record names paths under)."""
     clean = isinstance(exc, SystemExit)
     message = str(exc) if clean else f"{type(exc).__name__}: {exc}"
     if clean and isinstance(exc.code, int) and exc.code > 128:  # the SIGTERM/SIGINT handlers exit 128 + signal
@@ -168,6 +178,8 @@ def record_failure(run_dir: Path, overrides: list[str], exc: BaseException | Non
     record = {"job": job, "overrides": redacted_overrides(overrides), "error": message,
               "traceback": "" if clean else "".join(traceback.format_exception(exc))}
     (run_dir / ERROR_FILE).write_text(json.dumps(record, indent=2))
+    with contextlib.suppress(Exception, SystemExit):  # a record is secondary to the error it would hide
+        write_record(run_dir, outputs)  # what tables list of the run after its directory is gone
     return message
 
 
@@ -206,6 +218,7 @@ def run_configured(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Path
             raise SystemExit(f"error: {cause}") from None
         raise
     add_cost(run_dir, cfg.get("pricing"))
+    write_record(run_dir, output_root(cfg))  # the few KB published from this run (repro.report.records)
     return run_dir
 
 

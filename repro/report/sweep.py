@@ -72,14 +72,15 @@ def sweep_warnings(cells: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
 
 
 def sweep_commands(runs: list[dict[str, Any]]) -> list[str]:
-    """One ``repro run -m k=v1,v2 ...`` per sweep directory, rebuilt from its cells' ``overrides.txt``."""
+    """One ``repro run -m k=v1,v2 ...`` per sweep directory, rebuilt from its cells' overrides (``overrides``, as a
+    run record holds them, else the run directory's ``overrides.txt``)."""
     by_sweep: dict[Path, dict[str, list[str]]] = {}
     for run in runs:
         path = Path(run.get("run_dir", "")) / "overrides.txt"
-        if not path.is_file():
+        if "overrides" not in run and not path.is_file():
             continue
         values = by_sweep.setdefault(path.parent.parent, {})
-        for line in path.read_text().splitlines():
+        for line in run["overrides"] if "overrides" in run else path.read_text().splitlines():
             key, sep, value = line.strip().partition("=")
             if sep and value not in values.setdefault(key, []):
                 values[key].append(value)

@@ -1,4 +1,10 @@
-"""`repro table`: published tables in results/, built only from runs' metrics.json files.
+"""`repro table`: published tables in results/, built only from run records (``repro.report.records``).
+
+`repro table` first copies the record of every run under ``outputs/`` that finished or failed to
+``results/runs/<experiment>/<run-id>/record.json`` (a run seen in both places is one record, the one built from its
+directory), then builds each table from the records under ``results/runs/`` alone, oldest run first (then by
+record id): a clone with the records and no ``outputs/`` rebuilds the same bytes. A table with no record is not
+touched (the published ones made before records existed stay as they are).
 
 Each metrics.json names its ``kind``: ``eval`` runs become one table per comparison (``repro.report.eval_table``),
 ``proxy_overhead`` benchmark runs become ``proxy_overhead.md``, ``before_after`` runs (the miniature reproduction)
@@ -19,6 +25,9 @@ import yaml
 from repro.report.before_after import write_before_after_tables
 from repro.report.eval_table import write_eval_tables
 from repro.report.loop_comparison import write_loop_comparison_tables
+from repro.report.records import failure_input, publish, read_records, records_of_outputs, table_input
+
+RECORDS_DIR = "runs"  # results/runs/<experiment>/<run-id>/record.json
 
 _TARGETS_NOTE = ("Targets (issue 2): proxy CPU <= 1 ms per non-streaming call and <= 1.5 ms per streaming call "
                  "while recording durably; at 64 concurrent rollouts on 2 cores, throughput >= 40% of direct.")
@@ -35,19 +44,30 @@ def find_metrics(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     return sorted(found, key=lambda item: item[1].get("started_at", 0))
 
 
-def find_failures(root: Path) -> dict[str, list[dict[str, Any]]]:
-    """The ``error.json`` records of runs under ``root`` that failed, per table (the folder under ``root``), each
-    with its run directory (relative to the repository), oldest first."""
-    from repro.runner import ERROR_FILE
-
+def find_failures(records: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The runs that failed (a record with an ``error`` and no metrics), per table (the experiment folder of the
+    record id), each with its run directory (relative to the repository), in record-id order."""
     failures: dict[str, list[dict[str, Any]]] = {}
-    for path in sorted(root.rglob(ERROR_FILE)):
-        if (path.parent / "metrics.json").exists():
-            continue  # finished after all (an older record)
-        record = json.loads(path.read_text())
-        record["run_dir"] = repo_relative(str(path.parent.resolve()))
-        failures.setdefault(path.relative_to(root).parts[0], []).append(record)
+    for rid, record in sorted(records.items()):
+        if record.get("metrics") is None and record.get("error") is not None:
+            failures.setdefault(rid.split("/", 1)[0], []).append(failure_input(record))
     return failures
+
+
+def finished_runs(records: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The table inputs of the finished runs among ``records`` per metrics ``kind``, oldest first, then by id."""
+    finished = sorted((r["metrics"].get("started_at", 0), rid, r) for rid, r in records.items() if r.get("metrics"))
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for _, _, record in finished:
+        by_kind.setdefault(record["metrics"].get("kind", "unknown"), []).append(table_input(record))
+    return by_kind
+
+
+def gather_records(outputs: Path, results: Path) -> dict[str, dict[str, Any]]:
+    """Copy the record of every run under ``outputs`` into ``results/runs`` and return all records there."""
+    root = results / RECORDS_DIR
+    publish(records_of_outputs(outputs), root)
+    return read_records(root)
 
 
 def failures_section(records: list[dict[str, Any]]) -> str:
@@ -121,11 +141,17 @@ def with_run_files(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def write_tables(outputs: Path, results: Path) -> list[Path]:
-    """Regenerate every table that has runs; returns the files written."""
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for path, metrics in find_metrics(outputs):
-        by_kind.setdefault(metrics.get("kind", "unknown"), []).append(with_run_files(metrics, path.parent))
-    written = []
+    """Publish the records of the runs under ``outputs`` and regenerate every table that has records; returns the
+    table files written (the records copied are under ``results/runs``)."""
+    records = gather_records(outputs, results)
+    written = write_kind_tables(finished_runs(records), results)
+    append_failures(written, find_failures(records))
+    return written
+
+
+def write_kind_tables(by_kind: dict[str, list[dict[str, Any]]], results: Path) -> list[Path]:
+    """Each kind's tables from its runs (table inputs, oldest first); returns the files written."""
+    written: list[Path] = []
     results.mkdir(parents=True, exist_ok=True)
     if "proxy_overhead" in by_kind:
         runs = by_kind["proxy_overhead"]
@@ -147,5 +173,4 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
         from repro.report.eval_docker import write_eval_docker_tables
 
         written += write_eval_docker_tables(by_kind["eval_docker"], results)
-    append_failures(written, find_failures(outputs))
     return written

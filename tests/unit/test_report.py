@@ -91,9 +91,9 @@ def test_repro_table_links_its_plots_and_regenerating_changes_no_byte(tmp_path: 
     assert "](harness_sweep.svg)" in (results / "harness_sweep.md").read_text()
     assert "](mini_repro_diagnostics.svg)" in (results / "mini_repro.md").read_text()
     assert "](mini_repro_diagnostics.svg)" in (results / "mini_repro_diagnostics.md").read_text()
-    first = {p.name: p.read_bytes() for p in results.iterdir()}
+    first = {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()}  # the tables (runs/: records)
     assert write_tables(outputs, results) == written
-    assert {p.name: p.read_bytes() for p in results.iterdir()} == first
+    assert {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()} == first
 
 
 def _sample(run: str, phase: str, outcome: str, sample: int = 0, mode: str = "eval", instance: str = "t0") -> Sample:
@@ -164,12 +164,12 @@ def test_replot_redraws_the_plots_from_the_csvs_alone_as_repro_table_draws_them(
     outputs, results = tmp_path / "outputs", tmp_path / "results"
     _table_outputs(outputs)
     write_tables(outputs, results)
-    published = {p.name: p.read_bytes() for p in results.iterdir()}
+    published = {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()}
     shutil.rmtree(outputs)  # the runs are gone; results/ holds the CSVs and Markdown
     for svg in results.glob("*.svg"):
         svg.unlink()
     replot(results)
-    assert {p.name: p.read_bytes() for p in results.iterdir()} == published  # same bytes, links already there
+    assert {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()} == published  # same bytes, links there
 
     # a table published before plots existed: its links are added, in the places repro table puts them
     for name in ("eval_tiny.md", "mini_repro.md", "mini_repro_diagnostics.md"):
@@ -180,6 +180,6 @@ def test_replot_redraws_the_plots_from_the_csvs_alone_as_repro_table_draws_them(
     assert diagnostics.index("](mini_repro_diagnostics.svg)") < diagnostics.index("| run")
     assert (results / "eval_tiny.md").read_text().rstrip().endswith("](eval_tiny.svg)")
     assert "](mini_repro_diagnostics.svg) (every step in" in (results / "mini_repro.md").read_text()
-    again = {p.name: p.read_bytes() for p in results.iterdir()}
+    again = {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()}
     replot(results)
-    assert {p.name: p.read_bytes() for p in results.iterdir()} == again  # idempotent
+    assert {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()} == again  # idempotent
