@@ -89,6 +89,19 @@ def filter_rl_tasks(run_dir: Path, candidates: list[Task], cfg: TaskFilterConfig
           f"({counts['kept_all_fail']} all-fail); pass@1 {summary['pass_at_k'].get('1', 0):.1%}, "
           f"pass@{cfg.k} {summary['pass_at_k'].get(str(cfg.k), 0):.1%}", flush=True)
     if len(kept) < cfg.min_tasks:
-        raise SystemExit(f"the probe kept {len(kept)} RL tasks (< rl_filter.min_tasks={cfg.min_tasks}): raise "
-                         "rl_filter.pool or rl_filter.all_fail_share, or turn the filter off (rl_filter.enabled=false)")
+        kept = fall_back(kept, candidates, cfg, summary)
     return kept, summary
+
+
+def fall_back(kept: list[Task], candidates: list[Task], cfg: TaskFilterConfig, summary: dict[str, Any]) -> list[Task]:
+    """Fewer kept tasks than ``cfg.min_tasks``: by ``cfg.fallback``, stop with a message, or train on every probed
+    candidate (the unfiltered pool), recorded in ``summary["fallback"]``."""
+    reason = f"the probe kept {len(kept)} RL tasks (< rl_filter.min_tasks={cfg.min_tasks})"
+    if cfg.fallback == "error":
+        raise SystemExit(f"{reason}: raise rl_filter.pool or rl_filter.all_fail_share, set "
+                         "rl_filter.fallback=unfiltered, or turn the filter off (rl_filter.enabled=false)")
+    summary["fallback"] = {"rule": cfg.fallback, "kept_by_filter": len(kept), "min_tasks": cfg.min_tasks,
+                           "tasks": len(candidates)}
+    print(f"{reason}: falling back by rl_filter.fallback={cfg.fallback}: RL draws from all {len(candidates)} "
+          "probed tasks (recorded in the run's probe summary)", flush=True)
+    return list(candidates)

@@ -284,12 +284,21 @@ def probe_summary(runs: list[dict[str, Any]]) -> pd.DataFrame:
             "run": run.get("name") or run_name(run.get("run_dir", "")), "seed": run.get("seed", ""),
             "pool x k": f"{counts['mixed'] + counts['all_fail'] + counts['all_pass']} x {probe['config']['k']}",
             "mixed / all-fail / all-pass": f"{counts['mixed']} / {counts['all_fail']} / {counts['all_pass']}",
-            "kept (all-fail)": f"{counts['kept']} ({counts['kept_all_fail']})",
+            "kept (all-fail)": _kept(probe),
             "pass@k, k = 1..K": " ".join(f"{100 * curve[k]:.0f}" for k in sorted(curve, key=int)),
             "calls per probe": calls_summary(probe.get("calls_per_rollout") or {}),
             "reused": "yes" if probe.get("reused") else "no",
         })
     return pd.DataFrame(lines)
+
+
+def _kept(probe: dict[str, Any]) -> str:
+    """``67 (11)``: kept tasks (all-fail among them); a run that fell back says what the filter kept and the rule."""
+    counts, fallback = probe["counts"], probe.get("fallback")
+    text = f"{counts['kept']} ({counts['kept_all_fail']})"
+    if fallback:
+        text += f"; < min {fallback['min_tasks']}: {fallback['rule']}, all {fallback['tasks']}"
+    return text
 
 
 def _rl_calls(steps: list[dict[str, Any]]) -> str:

@@ -16,14 +16,16 @@ from typing import Any
 from repro.evaluation.metrics import pass_at_k
 
 MIXED, ALL_FAIL, ALL_PASS = "mixed", "all_fail", "all_pass"
+FALLBACKS = ("unfiltered", "error")
 
 
 @dataclass
 class TaskFilterConfig:
     """``enabled``: probe and filter before RL (off: RL draws from every RL task). ``pool``: candidate tasks probed
     (the first ``pool`` RL tasks; <= 0: all). ``k``: probes per task. ``all_fail_share``: the share of the kept
-    set that is all-fail (drawn by a seeded hash; fewer when there are not enough). ``min_tasks``: refuse to train
-    on fewer kept tasks than this."""
+    set that is all-fail (drawn by a seeded hash; fewer when there are not enough). ``min_tasks``: the fewest kept
+    tasks RL trains on; ``fallback``: what happens below it: ``unfiltered`` (RL draws from every probed candidate,
+    recorded in the run's probe summary) or ``error`` (the run stops with a message)."""
 
     enabled: bool = False
     pool: int = 256
@@ -32,8 +34,11 @@ class TaskFilterConfig:
     min_tasks: int = 16
     concurrency: int = 16
     seed: int = 0
+    fallback: str = "unfiltered"
 
     def __post_init__(self) -> None:
+        if self.fallback not in FALLBACKS:
+            raise ValueError(f"rl_filter.fallback must be one of {FALLBACKS}, got {self.fallback!r}")
         if self.k < 2:
             raise ValueError(f"rl_filter.k={self.k}: a task needs at least 2 probes to show mixed outcomes")
         if not 0.0 <= self.all_fail_share < 1.0:

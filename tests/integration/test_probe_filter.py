@@ -47,9 +47,11 @@ def test_probes_classify_the_tasks_and_are_cached(tmp_path: Path, monkeypatch: p
                 MiniSweAgentHarness(HARNESS, workers=1) as agent:
             kept, summary = filter_rl_tasks(tmp_path, tasks, cfg, sampling, model_dir, stack, agent, box)
             again, cached = filter_rl_tasks(tmp_path / "again", tasks, cfg, sampling, model_dir, stack, agent, box)
+            strict = TaskFilterConfig(**{**cfg.__dict__, "min_tasks": 1, "fallback": "error"})
             with pytest.raises(SystemExit, match=r"rl_filter\.min_tasks"):
-                filter_rl_tasks(tmp_path, tasks, TaskFilterConfig(**{**cfg.__dict__, "min_tasks": 1}), sampling,
-                                model_dir, stack, agent, box)
+                filter_rl_tasks(tmp_path, tasks, strict, sampling, model_dir, stack, agent, box)
+            fallen, fell = filter_rl_tasks(tmp_path, tasks, TaskFilterConfig(**{**cfg.__dict__, "min_tasks": 1}),
+                                           sampling, model_dir, stack, agent, box)
     finally:
         box.close()
     counts = summary["counts"]
@@ -58,6 +60,8 @@ def test_probes_classify_the_tasks_and_are_cached(tmp_path: Path, monkeypatch: p
     assert kept == [] and summary["pass_at_k"]["1"] == pytest.approx(1 - len(failing) / len(tasks))
     assert summary["calls_per_rollout"] == {"3": 2 * (len(tasks) - len(failing)), "4": 2 * len(failing)}
     assert not summary["reused"] and cached["reused"] and cached["counts"] == counts and again == kept
+    assert fallen == tasks and "fallback" not in summary  # fewer than min_tasks kept: every probed task, recorded
+    assert fell["fallback"] == {"rule": "unfiltered", "kept_by_filter": 0, "min_tasks": 1, "tasks": len(tasks)}
     store = open_store(tmp_path / "traces.sqlite")
     probes = [r for r in store.list_rollouts() if r.mode == "probe"]
     assert len(probes) == 2 * len(tasks) and not (tmp_path / "again" / "probe").exists()

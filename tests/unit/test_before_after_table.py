@@ -91,7 +91,9 @@ def test_calls_per_rollout_and_the_probe_are_reported() -> None:
     assert "2.50 (>=3: 75%) -> 3.00 (>=3: 100%)" in text  # held-out samples, before -> after
     assert "2.75 (>=3: 75%); 2: 25%, 3: 75%" in text  # RL rollouts over all steps, with the distribution
     assert "8 x 4" in text and "5 / 2 / 1" in text and "6 (1)" in text and "25 40 50 55" in text
-    assert "RL task filter" in text
+    assert "RL task filter" in text and "min 16" not in text
+    run["probe"]["fallback"] = {"rule": "unfiltered", "kept_by_filter": 6, "min_tasks": 16, "tasks": 8}
+    assert "6 (1); < min 16: unfiltered, all 8" in run_markdown([run])  # the run fell back: the row says so
     del run["probe"]
     assert "RL task filter" not in run_markdown([run])
 
