@@ -20,13 +20,21 @@ from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
 from repro.evaluation.paired import mcnemar_exact, paired_summary
 from repro.jobs.evaluate import EvalConfig
-from repro.jobs.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature, run_arm
+from repro.jobs.miniature import (
+    ArmConfig,
+    Miniature,
+    MiniatureConfig,
+    miniature_phases,
+    prepared_miniature,
+    run_arm,
+)
 from repro.jobs.rl_loop import RlPhaseConfig
 from repro.jobs.stack import CpuServingConfig
 from repro.jobs.warm_start import WarmStartConfig, prompt_platform
 from repro.proxy import ProxyConfig
 from repro.rebuilt.harness import LoopConfig
 from repro.report.before_after import run_markdown
+from repro.report.eta import plan_text
 from repro.samples import SampleConfig
 from repro.sandbox.local import LocalSandboxConfig
 from repro.tasks.distributions import TaskDistributionConfig
@@ -70,6 +78,7 @@ def mini_repro_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Pro
     cfg = MiniatureConfig(model, serving, proxy, harness, harness_name, train_tasks, tasks, sandbox, eval, warm_start,
                           harness_workers, tracking)
     arm = ArmConfig(loop or LoopConfig(), rl, trainer, samples, rl_filter or TaskFilterConfig())
+    print(plan_text(miniature_phases(cfg, arm)), flush=True)
     with prepared_miniature(cfg, run_dir) as mini:
         before = mini.evaluate_start()
         result = run_arm(mini, run_dir, arm, f"rl-{run_dir.name}", mini.acct)

@@ -104,6 +104,23 @@ class Miniature:
         return before
 
 
+def miniature_phases(cfg: MiniatureConfig, arm: ArmConfig) -> list[tuple[str, str, float]]:
+    """The phases of one arm of the miniature, ``(name, rate kind, units)``, for :func:`repro.report.eta.plan_text`
+    (SFT steps counted as one row per demonstration, which ``prefix_merge`` gives)."""
+    from repro.train.sft import sft_steps
+
+    ws, rl, flt = cfg.warm_start, arm.rl, arm.task_filter
+    samples = cfg.tasks.n_tasks * cfg.eval.k
+    phases = [("warm_start_demos", "demo", ws.n_demo_tasks),
+              ("warm_start_sft", "sft_step", sft_steps(ws.sft, ws.n_demo_tasks)),
+              ("eval_before", "eval_sample", samples)]
+    if flt.enabled:
+        phases.append(("probe", "probe_sample", flt.pool * flt.k))
+    phases += [(f"rl ({arm.loop.kind} loop)", f"rl_rollout_{arm.loop.kind}",
+                rl.steps * rl.tasks_per_step * rl.samples_per_task), ("eval_after", "eval_sample", samples)]
+    return phases
+
+
 def split_train(tasks: list[Task], n_demo: int, rl_difficulty: str | None = None) -> tuple[list[Task], list[Task]]:
     """(demonstration tasks, RL tasks) of the train split; RL keeps only tasks of ``rl_difficulty`` when given (a
     train split that mixes difficulties is a curriculum for the warm start; RL trains on what is evaluated)."""

@@ -2,7 +2,8 @@
 
 Each finished phase of at least a minute records its seconds per unit (an evaluation sample, a demonstration, an
 SFT step, an RL rollout) in ``<cache>/timings.json``; the next run announces a phase as ``~3m 20s expected`` from
-that rate, or says it has nothing to estimate from. Only a hint for the person waiting: never part of a result.
+that rate, or, on a machine with no earlier run, from ``REFERENCE_RATES`` (measured on the 2-core machine the
+README's times come from). Only a hint for the person waiting: never part of a result.
 """
 
 from __future__ import annotations
@@ -26,12 +27,48 @@ def _read() -> dict[str, float]:
     return {k: float(v) for k, v in data.items() if isinstance(v, int | float)} if isinstance(data, dict) else {}
 
 
-def expected(kind: str, units: float) -> str:
-    """``~3m 20s expected`` for ``units`` of ``kind`` at the last recorded rate, or why there is no estimate."""
+# Seconds per unit of each kind on the reference machine (2-core Intel Xeon with AVX-512, mini_repro defaults,
+# Dec 2026): the estimate a fresh machine starts from. Update with the rates a new default measures.
+REFERENCE_RATES: dict[str, float] = {
+    "demo": 0.071,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 3.6 min)
+    "sft_step": 0.66,           # one SFT step, batch 16 (40-step probe, fp32; group_by_length)
+    "eval_sample": 0.34,        # one frozen-evaluation sample, 4 calls, graded
+    "probe_sample": 0.34,       # one probe rollout (an evaluation sample's work)
+    "rl_rollout_proxy": 0.26,   # one RL rollout including its share of the update
+    "rl_rollout_rebuilt": 0.26,
+}
+
+
+def rate_of(kind: str) -> tuple[float | None, str]:
+    """(seconds per unit, where the rate comes from) of ``kind``: this machine's last run, else the reference."""
     rate = _read().get(kind)
+    if rate is not None:
+        return rate, "from this machine's last run"
+    if kind in REFERENCE_RATES:
+        return REFERENCE_RATES[kind], "on the reference 2-core machine"
+    return None, ""
+
+
+def expected(kind: str, units: float) -> str:
+    """``~3m 20s expected`` for ``units`` of ``kind`` at the last recorded rate (or the reference machine's), or
+    why there is no estimate."""
+    rate, source = rate_of(kind)
     if rate is None or units <= 0:
         return "no earlier run on this machine to estimate from"
-    return f"~{duration(rate * units)} expected from this machine's last run"
+    return f"~{duration(rate * units)} expected {source}"
+
+
+def plan_text(phases: list[tuple[str, str, float]]) -> str:
+    """The phases a job will run, each ``(name, kind, units)``, with its expected duration and the total."""
+    lines, total = [], 0.0
+    for name, kind, units in phases:
+        rate, source = rate_of(kind)
+        seconds = (rate or 0.0) * units
+        total += seconds
+        guess = f"~{duration(seconds)}" if rate is not None else "no estimate"
+        lines.append(f"  {name}: {units:g} x {kind} ({guess}{', ' + source if rate is not None else ''})")
+    return "\n".join(["plan (expected durations; a cached warm start or probe skips its phases):", *lines,
+                      f"  total: ~{duration(total)}"])
 
 
 MIN_SECONDS = 60.0  # shorter phases are mostly fixed start-up cost: a per-unit rate from them overestimates

@@ -1,0 +1,48 @@
+"""The plan a job prints at its start: every phase with its expected duration, from this machine's rates or the
+reference machine's when it has none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+
+from repro.jobs.miniature import ArmConfig, MiniatureConfig, miniature_phases
+from repro.report import eta
+from repro.runner import compose_config
+
+
+@pytest.fixture(autouse=True)
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path))
+
+
+def _default_phases(overrides: list[str]) -> list[tuple[str, str, float]]:
+    job = compose_config(["experiment=mini_repro", *overrides]).job
+    get = {k: instantiate(job[k], _convert_="all") for k in
+           ("model", "serving", "proxy", "harness", "train_tasks", "tasks", "sandbox", "eval", "warm_start", "loop",
+            "rl", "trainer", "samples", "rl_filter")}
+    cfg = MiniatureConfig(*(get[k] for k in ("model", "serving", "proxy", "harness")), "mini-swe-agent",
+                          *(get[k] for k in ("train_tasks", "tasks", "sandbox", "eval", "warm_start")))
+    return miniature_phases(cfg, ArmConfig(get["loop"], get["rl"], get["trainer"], get["samples"], get["rl_filter"]))
+
+
+def test_the_default_miniature_plans_every_phase_with_its_units() -> None:
+    phases = {name: (kind, units) for name, kind, units in _default_phases([])}
+    job = compose_config(["experiment=mini_repro"]).job
+    ws, ev, rl, flt = job.warm_start, job.eval, job.rl, job.rl_filter
+    assert phases["warm_start_demos"] == ("demo", ws.n_demo_tasks)
+    assert phases["eval_before"] == phases["eval_after"] == ("eval_sample", job.tasks.n_tasks * ev.k)
+    assert phases["probe"] == ("probe_sample", flt.pool * flt.k)
+    assert phases["rl (proxy loop)"] == ("rl_rollout_proxy", rl.steps * rl.tasks_per_step * rl.samples_per_task)
+    assert "probe" not in {n for n, _, _ in _default_phases(["rl_filter.enabled=false"])}
+
+
+def test_a_fresh_machine_estimates_from_the_reference_rates_and_then_from_its_own() -> None:
+    text = eta.plan_text([("eval_before", "eval_sample", 100), ("odd", "unknown_kind", 3)])
+    assert f"~{eta.duration(eta.REFERENCE_RATES['eval_sample'] * 100)}" in text and "reference" in text
+    assert "odd: 3 x unknown_kind (no estimate)" in text and "total: ~" in text
+    eta.record("eval_sample", 100, 200.0)  # this machine ran it: 2 s a sample
+    assert "eval_before: 100 x eval_sample (~3m 20s, from this machine's last run)" in eta.plan_text(
+        [("eval_before", "eval_sample", 100)])
