@@ -29,13 +29,13 @@ def _read() -> dict[str, float]:
 
 # Seconds per unit of each kind on the reference machine (2-core Intel Xeon with AVX-512, mini_repro defaults,
 # Dec 2026): the estimate a fresh machine starts from. Update with the rates a new default measures.
-REFERENCE_RATES: dict[str, float] = {
-    "demo": 0.071,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 3.6 min)
-    "sft_step": 0.66,           # one SFT step, batch 16 (40-step probe, fp32; group_by_length)
-    "eval_sample": 0.34,        # one frozen-evaluation sample, 4 calls, graded
-    "probe_sample": 0.34,       # one probe rollout (an evaluation sample's work)
-    "rl_rollout_proxy": 0.26,   # one RL rollout including its share of the update
-    "rl_rollout_rebuilt": 0.26,
+REFERENCE_RATES: dict[str, float] = {  # outputs/mini_repro/20261202-221457 (seed 0, cold, uncontended)
+    "demo": 0.070,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 3.5 min)
+    "sft_step": 0.24,           # one SFT step, batch 16, labelled_logits (2,813 in 11.3 min)
+    "eval_sample": 0.30,        # one frozen-evaluation sample, 4 calls, graded (800 in 3.9 min)
+    "probe_sample": 0.21,       # one probe rollout (1,024 in 3.6 min)
+    "rl_rollout_proxy": 0.23,   # one RL rollout including its share of the update (1,536 in 5.9 min)
+    "rl_rollout_rebuilt": 0.23,
 }
 
 

@@ -186,10 +186,11 @@ def test_phase_estimates_come_from_this_machines_last_run(tmp_path, monkeypatch)
     from repro.report import eta
 
     monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path))
-    assert eta.expected("eval_sample", 400) == "no earlier run on this machine to estimate from"
+    assert eta.expected("eval_sample", 400).endswith("expected on the reference 2-core machine")
+    assert eta.expected("unknown_kind", 400) == "no earlier run on this machine to estimate from"
     eta.record("eval_sample", 100, 100.0)
     eta.record("eval_sample", 0, 100.0)  # nothing measured: ignored
     eta.record("eval_sample", 4, 20.0)  # a toy run's 5 s per sample is mostly start-up: ignored
     assert eta.expected("eval_sample", 400) == "~6m 40s expected from this machine's last run"
     (tmp_path / "timings.json").write_text("not json")
-    assert eta.expected("eval_sample", 400).startswith("no earlier run")
+    assert eta.expected("eval_sample", 400).endswith("on the reference 2-core machine")
