@@ -197,21 +197,21 @@ def fixed_prompt_texts(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None, *
     texts = fixed_template_texts(value for section in sections for key, value in section.items()
                                  if key.endswith("_template") and isinstance(value, str))
     if platform_line:
-        variables = {**platform_variables(cfg), "task": sentinel(0)}
+        variables = {**platform_variables(cfg.platform), "task": sentinel(0)}
         texts = sorted({*texts, *rendered_texts(data["agent"]["instance_template"], variables)})
     return texts
 
 
-def platform_variables(cfg: MiniSweAgentConfig) -> dict[str, str]:
-    """The ``platform.uname()`` fields mini's local environment renders into its prompts for ``cfg``: the host's,
-    with ``cfg.platform``'s pinned values over them (the harness process's environment carries those)."""
+def platform_variables(pins: dict[str, str]) -> dict[str, str]:
+    """The ``platform.uname()`` fields mini's local environment renders into its prompts: the host's, with the
+    pinned values ``pins`` (a config's ``platform``, carried by the harness process's environment) over them."""
     host = {name: str(value) for name, value in platform.uname()._asdict().items() if name in UNAME_FIELDS}
-    return host | dict(cfg.platform)
+    return host | dict(pins)
 
 
-def platform_line(cfg: MiniSweAgentConfig) -> str:
-    """The ``<system_information>`` line of mini's default instance template for ``cfg``."""
-    u = platform_variables(cfg)
+def platform_line(pins: dict[str, str]) -> str:
+    """The ``<system_information>`` line of mini's default instance template under ``pins`` ({}: the host's)."""
+    u = platform_variables(pins)
     return f"{u['system']} {u['release']} {u['version']} {u['machine']}"
 
 

@@ -162,7 +162,7 @@ def prepared_miniature(cfg: MiniatureConfig, run_dir: Path) -> Iterator[Miniatur
         with get_harness(cfg.harness_name, cfg.harness, workers=cfg.harness_workers) as agent:
             with acct.phase("setup"):
                 # a pinned platform line (harness.platform) is one recipe token, the same on every machine
-                pinned = bool(getattr(getattr(agent, "cfg", None), "platform", None))
+                pinned = bool(getattr(cfg.harness, "platform", None))
                 base_model = build_recipe_model(cfg.model, agent, train_list, platform_line=pinned)
             warm_dir, warm = _warm_start(run_dir, base_model, demo_tasks, cfg, agent, box, acct)
             spec = build_spec(agent.identity(), test_name, test_list, agent.cfg, cfg.sandbox, cfg.eval,

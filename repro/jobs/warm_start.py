@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -61,10 +60,7 @@ def prompt_platform(harness_cfg: Any = None) -> str:
     another kernel are then other token ids), so the key (and each run's record) names it."""
     from harness_adapters.mini_swe_agent import MiniSweAgentConfig, platform_line
 
-    if isinstance(harness_cfg, MiniSweAgentConfig):
-        return platform_line(harness_cfg)
-    u = platform.uname()
-    return f"{u.system} {u.release} {u.version} {u.machine}"
+    return platform_line(harness_cfg.platform if isinstance(harness_cfg, MiniSweAgentConfig) else {})
 
 
 def sft_identity(sft: SftConfig) -> dict[str, Any]:

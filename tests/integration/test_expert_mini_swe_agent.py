@@ -113,7 +113,7 @@ def test_the_prompts_platform_line_is_the_pinned_one_not_the_hosts(expert_run: d
     """mini renders ``harness.platform`` (set in its process environment), whatever this machine's kernel is."""
     (call,) = open_store(expert_run["store"]).calls("expert-0")
     instance = call.request["messages"][1]["content"]
-    assert f"<system_information>\n{platform_line(HARNESS)}\n</system_information>" in instance
-    assert platform_line(HARNESS) == "Linux 6.1.0 #1 SMP PREEMPT_DYNAMIC x86_64"
+    assert f"<system_information>\n{platform_line(HARNESS.platform)}\n</system_information>" in instance
+    assert platform_line(HARNESS.platform) == "Linux 6.1.0 #1 SMP PREEMPT_DYNAMIC x86_64"
     if platform.release() != HARNESS.platform["release"]:
         assert platform.release() not in instance
