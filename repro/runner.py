@@ -2,8 +2,9 @@
 
 A run directory holds the resolved config (``config.yaml``), ``manifest.json`` (versions, git SHA,
 hardware) and whatever the job writes (``traces.sqlite``, ``metrics.json``, ...); a run that finishes or fails
-ends by writing ``record.json``, the few KB its tables need (``repro.report.records``). ``repro run -m ...`` is a
-Hydra multirun (``repro.multirun``): one run directory per job of the sweep, through Hydra's launcher.
+ends by writing ``record.json``, what its tables need without the run directory (``repro.report.records``).
+``repro run -m ...`` is a Hydra multirun (``repro.multirun``): one run directory per job of the sweep, through Hydra's
+launcher.
 """
 
 from __future__ import annotations
@@ -218,7 +219,7 @@ def run_configured(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Path
             raise SystemExit(f"error: {cause}") from None
         raise
     add_cost(run_dir, cfg.get("pricing"))
-    write_record(run_dir, output_root(cfg))  # the few KB published from this run (repro.report.records)
+    write_record(run_dir, output_root(cfg))  # what is published from this run (repro.report.records)
     return run_dir
 
 

@@ -122,6 +122,14 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         raise SystemExit(f"{path} is not valid JSON ({exc}); delete or fix that run") from None
 
 
+def run_files(run_dir: Path) -> tuple[list[str] | None, dict[str, Any] | None]:
+    """The run's overrides (``overrides.txt``, one a line) and resolved config (``config.yaml``); None for a file
+    the run directory does not hold."""
+    overrides, config = run_dir / "overrides.txt", run_dir / "config.yaml"
+    return ([line for line in overrides.read_text().splitlines() if line.strip()] if overrides.exists() else None,
+            yaml.safe_load(config.read_text()) if config.exists() else None)
+
+
 def build_record(run_dir: Path, outputs: Path | None = None) -> dict[str, Any] | None:
     """The record of the run in ``run_dir`` (``outputs``: the root its table reads runs from); None for a run
     that has neither finished (``metrics.json``) nor failed (``error.json``)."""
@@ -129,7 +137,7 @@ def build_record(run_dir: Path, outputs: Path | None = None) -> dict[str, Any] |
     if metrics is None and error is None:
         return None
     manifest = _read_json(run_dir / "manifest.json") or {}
-    overrides, config = run_dir / "overrides.txt", run_dir / "config.yaml"
+    overrides, config = run_files(run_dir)
     pruned: list[str] = []
     if metrics is not None:
         metrics, pruned = prune(metrics)
@@ -141,8 +149,8 @@ def build_record(run_dir: Path, outputs: Path | None = None) -> dict[str, Any] |
         "fingerprint": (metrics or {}).get("fingerprint"),
         "machine": _machine_of(manifest, metrics),
         "manifest": {k: v for k, v in manifest.items() if k != "machine"},
-        "overrides": [x for x in overrides.read_text().splitlines() if x.strip()] if overrides.exists() else None,
-        "config": yaml.safe_load(config.read_text()) if config.exists() else None,
+        "overrides": overrides,
+        "config": config,
         "metrics": metrics,
         "error": None if metrics is not None or error is None else {k: v for k, v in error.items() if k != "traceback"},
         "pruned": pruned,

@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from repro.report.before_after import write_before_after_tables
 from repro.report.eval_table import write_eval_tables
 from repro.report.loop_comparison import write_loop_comparison_tables
-from repro.report.records import failure_input, publish, read_records, records_of_outputs, table_input
+from repro.report.records import failure_input, publish, read_records, records_of_outputs, run_files, table_input
 
 RECORDS_DIR = "runs"  # results/runs/<experiment>/<run-id>/record.json
 
@@ -132,11 +131,11 @@ def with_run_files(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """``metrics`` (a run's metrics.json) with its ``run_dir`` (repository-relative), ``overrides`` (overrides.txt)
     and ``run_config`` (the resolved config.yaml) when the run directory holds them: what the row builders read."""
     metrics["run_dir"] = repo_relative(metrics.get("run_dir") or str(run_dir))
-    overrides, config = run_dir / "overrides.txt", run_dir / "config.yaml"
-    if overrides.exists():
-        metrics["overrides"] = [line for line in overrides.read_text().splitlines() if line.strip()]
-    if config.exists():
-        metrics["run_config"] = yaml.safe_load(config.read_text())
+    overrides, config = run_files(run_dir)
+    if overrides is not None:
+        metrics["overrides"] = overrides
+    if config is not None:
+        metrics["run_config"] = config
     return metrics
 
 
