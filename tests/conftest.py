@@ -1,9 +1,11 @@
-"""Shared fixtures: a fake vLLM-dialect upstream, the real proxy, a tiny checkpoint and the real CPU server."""
+"""Shared fixtures: a fake vLLM-dialect upstream, the real proxy, a tiny checkpoint and the real CPU server; and how
+the suite is split over pytest-xdist workers (``-n 2 --dist loadgroup``, pyproject.toml's addopts)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,65 @@ from repro.serving.cpu_server_args import CpuServerArgs
 from repro.testing import FakeVllmUpstream, ServerThread
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 from tests.support import RunningProxy, start_proxy
+
+# -- xdist: what runs where ---------------------------------------------------------------------------------------
+# A work unit is one test file (its module fixtures set up once, its tests in file order on one worker), except that
+# all of tests/docker is one unit: those tests share one Docker engine and the base image's lock, so they run one
+# after another on one worker. The units are scheduled here, from the node ids, not from xdist_group marks: with
+# pytest >= 9.2, xdist 3.8's loadgroup no longer sees the marks (it appends "@group" to a node id attribute pytest
+# stopped reading: pytest-dev/pytest-xdist#1386) and would silently spread a group over both workers. A node id that
+# does carry "@group" (an xdist_group mark, once xdist is fixed) keeps that group. Session fixtures below are per
+# worker: each worker has its own tmp_path_factory base (popen-gwN), so they share no path.
+DOCKER_UNIT = "tests/docker"
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of a test: its xdist_group where the node id names one, ``tests/docker``, or its file."""
+    if nodeid.rfind("@") > nodeid.rfind("]"):
+        return nodeid.rsplit("@", 1)[1]
+    path = _file(nodeid)
+    return DOCKER_UNIT if path.startswith(DOCKER_UNIT + "/") else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: units as :func:`work_unit` draws them, handed out in collection order (which
+    :func:`pytest_collection_modifyitems` arranges), not largest-first."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return WorkUnitScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker (each sorts alike, so their collections agree): the unit tests, then the docker unit, then
+    the integration files with an e2e test (the long ones), then the other integration files, each group in
+    testpaths' order. The docker unit goes to one worker while the other takes the e2e files (not last, where one
+    worker would run it alone); the base image and harness envs .ci/run builds meanwhile are ready by then; short
+    files end the run, so neither worker idles long while the other finishes. A serial run (``-n 0``) keeps
+    testpaths' order."""
+    if not hasattr(config, "workerinput"):
+        return
+    e2e_files = {_file(item.nodeid) for item in items if item.get_closest_marker("e2e") is not None}
+
+    def stage(item: pytest.Item) -> int:
+        path = _file(item.nodeid)
+        if path.startswith("tests/unit/"):
+            return 0
+        if work_unit(item.nodeid) == DOCKER_UNIT:
+            return 1
+        return 2 if path in e2e_files else 3
+
+    items.sort(key=stage)
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
 @pytest.fixture(scope="module")
