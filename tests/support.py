@@ -194,7 +194,7 @@ def run_expert(root: Path, config: TaskDistributionConfig, harness_cfg: MiniSweA
     tasks_jsonl = root / "tasks.jsonl"
     tasks_jsonl.write_text("".join(json.dumps(t.to_row()) + "\n" for t in expert_tasks))
     model_dir = build_recipe_model(TinyModelConfig(vocab_size=1024, recipe_tokens=True), harness_cfg, expert_tasks)
-    with running_stack(model_dir, CpuServingConfig(), ProxyConfig(), root, expert_tasks=tasks_jsonl) as stack, \
+    with running_stack(model_dir, CpuServingConfig(), ProxyConfig(port=0), root, expert_tasks=tasks_jsonl) as stack, \
             _harness(harness_cfg) as harness:
         rollouts, workspaces = [], []
         for i, task in enumerate(tasks):

@@ -10,7 +10,7 @@ Routes::
     POST /rollouts/{id}/purpose/{purpose}/v1/...     the same, the call recorded with that purpose (auxiliary,
                                                      summary: a harness's side calls; see routes.purpose_base_url)
     GET  /rollouts/{id}/v1/models, GET /v1/models    forwarded
-    GET  /health                                     200 {"status": "ok"}; 503 {"status": "unhealthy", "reason"}
+    GET  /health                                     200 {"status": "ok", "pid"}; 503 {"status": "unhealthy", "reason"}
                                                      once the trace writer has stopped
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from typing import Any
 
@@ -150,7 +151,7 @@ class ProxyApp:
 
     async def _health(self, send: Send) -> None:
         if self.writer is not None and self.writer.healthy:
-            return await send_json(send, 200, {"status": "ok"})
+            return await send_json(send, 200, {"status": "ok", "pid": os.getpid()})
         reason = self.writer.failure if self.writer is not None else "starting"
         await send_json(send, 503, {"status": "unhealthy", "reason": reason or "the trace writer has stopped"})
 

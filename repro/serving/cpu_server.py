@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import os
 import traceback
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from repro.asgi import Receive, Send, send_bytes, send_json
+from repro.asgi import Receive, Send, send_json
 from repro.serving.engine import (
     Engine,
     EngineConfig,
@@ -231,7 +232,7 @@ class CPUServerApp:
             await send_json(send, 500, error_body(f"{type(exc).__name__}: {exc}", "internal_server_error", 500))
 
     async def _health(self, body: bytes, send: Send) -> None:
-        await send_bytes(send, 200, b"", b"text/plain")
+        await send_json(send, 200, {"status": "ok", "pid": os.getpid()})
 
     async def _models(self, body: bytes, send: Send) -> None:
         card = {

@@ -13,11 +13,12 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from repro.files import cache_dir
+from repro.files import cache_dir, locked
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model, config_dict
 from repro.tinymodel.vocab import recipe_added_tokens
 
@@ -78,6 +79,11 @@ def tiny_model(config: TinyModelConfig, corpus: list[str], harness: Any = None) 
     if (out / "repro_model.json").exists():
         return out, True
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
     build_tiny_model(tmp, config, corpus)
-    tmp.rename(out)
+    with locked(out.parent / f"{out.name}.lock"):  # another process may have built it meanwhile: keep the first
+        if not (out / "repro_model.json").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            tmp.rename(out)
+    shutil.rmtree(tmp, ignore_errors=True)
     return out, False

@@ -25,7 +25,7 @@ TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["packa
 def _evaluate(run_dir: Path, **eval_overrides) -> dict:
     run_dir.mkdir(parents=True)
     return evaluate_job(
-        model=TinyModelConfig(vocab_size=512), serving=CpuServingConfig(), proxy=ProxyConfig(),
+        model=TinyModelConfig(vocab_size=512), serving=CpuServingConfig(), proxy=ProxyConfig(port=0),
         harness=MiniSweAgentConfig(step_limit=2, max_tokens=32), tasks=TASKS, sandbox=LocalSandboxConfig(),
         eval=EvalConfig(experiment="it", max_tokens=32, concurrency=3, **eval_overrides),
         harness_name="mini-swe-agent", run_dir=run_dir,
@@ -74,7 +74,7 @@ def test_same_spec_twice_gives_identical_outcomes_and_tokens(two_runs) -> None:
 def test_rerun_of_a_finished_run_skips_everything(two_runs) -> None:
     run_dir, metrics, _, _ = two_runs
     again = evaluate_job(
-        model=TinyModelConfig(vocab_size=512), serving=CpuServingConfig(), proxy=ProxyConfig(),
+        model=TinyModelConfig(vocab_size=512), serving=CpuServingConfig(), proxy=ProxyConfig(port=0),
         harness=MiniSweAgentConfig(step_limit=2, max_tokens=32), tasks=TASKS, sandbox=LocalSandboxConfig(),
         eval=EvalConfig(experiment="it", max_tokens=32, concurrency=3), harness_name="mini-swe-agent",
         run_dir=run_dir)

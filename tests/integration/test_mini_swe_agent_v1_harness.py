@@ -45,7 +45,7 @@ def test_bundled_tasks_through_the_proxy_are_fully_recorded(v1_env, tmp_path: Pa
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     metrics = evaluate_job(
-        model=TinyModelConfig(vocab_size=512), serving=CpuServingConfig(), proxy=ProxyConfig(), harness=V1,
+        model=TinyModelConfig(vocab_size=512), serving=CpuServingConfig(), proxy=ProxyConfig(port=0), harness=V1,
         tasks=TASKS, sandbox=LocalSandboxConfig(), eval=EvalConfig(experiment="v1", max_tokens=32, concurrency=2),
         harness_name="mini-swe-agent", run_dir=run_dir)
     assert metrics["n_samples"] == 2 and metrics["complete"]

@@ -61,7 +61,7 @@ def evaluation(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     sandbox = LocalSandbox(LocalSandboxConfig())
     try:
         with get_harness("opencode", HARNESS) as harness, \
-                running_stack(model_dir, CpuServingConfig(), ProxyConfig(), root,
+                running_stack(model_dir, CpuServingConfig(), ProxyConfig(port=0), root,
                               server_overrides={"scenarios": root / "scenarios.json",
                                                 "max_model_len": 65536}) as stack:
             spec = build_spec(harness.identity(), "bundled", tasks, harness.cfg, LocalSandboxConfig(), ev, 0,

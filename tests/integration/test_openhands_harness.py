@@ -71,7 +71,7 @@ def test_bundled_tasks_through_evaluate_job(oh_env, tmp_path: Path, monkeypatch:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     metrics = evaluate_job(
-        model=MODEL, serving=CpuServingConfig(default_max_tokens=256), proxy=ProxyConfig(),
+        model=MODEL, serving=CpuServingConfig(default_max_tokens=256), proxy=ProxyConfig(port=0),
         harness=OpenHandsConfig(max_iterations=6, condenser="none"), tasks=TaskFileConfig(str(tasks_file)),
         sandbox=LocalSandboxConfig(), eval=EvalConfig(experiment="openhands", max_tokens=256, concurrency=2),
         harness_name="openhands", run_dir=run_dir)
@@ -125,7 +125,7 @@ def scripted(oh_env, tmp_path_factory: pytest.TempPathFactory) -> dict:
     (root / "scenarios.json").write_text(json.dumps(_scenarios(work)))
     model_dir = build_tiny_model(root / "model", MODEL, [])
     dead = f"http://127.0.0.1:{free_port()}/rollouts/down/v1"
-    with running_stack(model_dir, CpuServingConfig(default_max_tokens=256), ProxyConfig(), root,
+    with running_stack(model_dir, CpuServingConfig(default_max_tokens=256), ProxyConfig(port=0), root,
                        server_overrides={"scenarios": root / "scenarios.json"}) as stack:
         rollouts = []
         for name in names:

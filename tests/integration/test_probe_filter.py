@@ -42,7 +42,7 @@ def test_probes_classify_the_tasks_and_are_cached(tmp_path: Path, monkeypatch: p
     sampling = {"temperature": 1.0, "max_tokens": 96}
     box = LocalSandbox(LocalSandboxConfig())
     try:
-        with running_stack(model_dir, CpuServingConfig(), ProxyConfig(), tmp_path, expert_tasks=tasks_jsonl,
+        with running_stack(model_dir, CpuServingConfig(), ProxyConfig(port=0), tmp_path, expert_tasks=tasks_jsonl,
                            server_overrides={"expert_slip_rate": SLIP}) as stack, \
                 MiniSweAgentHarness(HARNESS, workers=1) as agent:
             kept, summary = filter_rl_tasks(tmp_path, tasks, cfg, sampling, model_dir, stack, agent, box)

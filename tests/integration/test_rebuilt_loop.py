@@ -64,7 +64,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tasks = {name: replace(base, problem_statement=f"SCENARIO {name}. {base.problem_statement}") for name in SCENARIOS}
     sandbox = LocalSandbox(LocalSandboxConfig())
     try:
-        with running_stack(model_dir, CpuServingConfig(), ProxyConfig(), root,
+        with running_stack(model_dir, CpuServingConfig(), ProxyConfig(port=0), root,
                            server_overrides={"scenarios": root / "scenarios.json"}) as stack:
             with MiniSweAgentHarness(HARNESS, workers=1) as harness:
                 real = harness.run([_rollout(stack, sandbox, t, f"real-{n}", root, "proxy")
