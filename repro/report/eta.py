@@ -72,12 +72,13 @@ def plan_text(phases: list[tuple[str, str, float]]) -> str:
 
 
 MIN_SECONDS = 60.0  # shorter phases are mostly fixed start-up cost: a per-unit rate from them overestimates
+MIN_UNITS = 100     # so are phases of a few units (a test's miniature: 8 demonstrations in a minute is no rate)
 
 
 def record(kind: str, units: float, seconds: float) -> None:
     """Remember ``seconds / units`` as the rate of ``kind`` (the latest run wins), when the phase ran long enough
-    (``MIN_SECONDS``) for its start-up cost not to dominate."""
-    if units <= 0 or seconds < MIN_SECONDS:
+    (``MIN_SECONDS``) over enough units (``MIN_UNITS``) for its start-up cost not to dominate."""
+    if units < MIN_UNITS or seconds < MIN_SECONDS:
         return
     with file_lock(_path()):
         data = _read()

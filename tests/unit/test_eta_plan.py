@@ -46,3 +46,11 @@ def test_a_fresh_machine_estimates_from_the_reference_rates_and_then_from_its_ow
     eta.record("eval_sample", 100, 200.0)  # this machine ran it: 2 s a sample
     assert "eval_before: 100 x eval_sample (~3m 20s, from this machine's last run)" in eta.plan_text(
         [("eval_before", "eval_sample", 100)])
+
+
+def test_a_phase_of_few_units_or_seconds_records_no_rate() -> None:
+    eta.record("demo", 8, 370.0)  # a test's miniature: start-up cost, not a rate (46 s a demonstration)
+    eta.record("demo", 3000, 30.0)  # too short to tell start-up from work
+    assert eta.rate_of("demo") == (eta.REFERENCE_RATES["demo"], "on the reference 2-core machine")
+    eta.record("demo", 3000, 210.0)
+    assert eta.rate_of("demo") == (0.07, "from this machine's last run")

@@ -18,7 +18,7 @@ def _health_server(pid: int) -> http.server.ThreadingHTTPServer:
     body = json.dumps({"status": "ok", "pid": pid}).encode()
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("content-length", str(len(body)))
             self.end_headers()
