@@ -59,6 +59,7 @@ class RlPhaseConfig:
     seed: int = 0
     reward: RewardConfig = field(default_factory=RewardConfig)  # which tests count, turn / prompt penalties
     extra_sampling: dict[str, Any] = field(default_factory=dict)  # e.g. chat_template_kwargs (thinking off)
+    reshuffle_each_epoch: bool = False  # a new seeded order of the tasks every pass (verl's sampler); False: one
 
     def __post_init__(self) -> None:
         if self.mode not in RL_MODES:
@@ -75,13 +76,27 @@ class RlPhaseConfig:
                     f"so RL rollouts must sample from it; use rl.{name}=1.0")
 
 
-def step_tasks(tasks: list[Task], cfg: RlPhaseConfig, step: int) -> list[Task]:
-    """The tasks of one step: consecutive slices of a seeded shuffle (each task once before any repeats)."""
+def epoch_order(tasks: list[Task], seed: int, epoch: int) -> list[Task]:
+    """The tasks in the seeded order of one pass (epoch 0: the order a single shuffle gives)."""
     order = list(tasks)
-    random.Random(cfg.seed).shuffle(order)
-    start = (step * cfg.tasks_per_step) % max(1, len(order))
-    picked = (order + order)[start : start + cfg.tasks_per_step]
-    return picked[: len(order)]
+    random.Random(seed if epoch == 0 else f"{seed}:{epoch}").shuffle(order)
+    return order
+
+
+def step_tasks(tasks: list[Task], cfg: RlPhaseConfig, step: int) -> list[Task]:
+    """The tasks of one step: consecutive slices of a seeded shuffle (each task once before any repeats); with
+    ``reshuffle_each_epoch`` every pass has its own order, and a step across two passes takes the end of one and
+    the start of the next, without taking a task twice."""
+    n = max(1, len(tasks))
+    start = step * cfg.tasks_per_step
+    epoch, offset = divmod(start, n)
+    if not cfg.reshuffle_each_epoch:
+        order = epoch_order(tasks, cfg.seed, 0)
+        return (order + order)[offset : offset + cfg.tasks_per_step][: len(order)]
+    picked = epoch_order(tasks, cfg.seed, epoch)[offset : offset + cfg.tasks_per_step]
+    ids = {id(t) for t in picked}
+    rest = [t for t in epoch_order(tasks, cfg.seed, epoch + 1) if id(t) not in ids]
+    return picked + rest[: cfg.tasks_per_step - len(picked)]
 
 
 def rollout_options(cfg: RlPhaseConfig, step: int, identity: dict[str, Any]) -> RolloutOptions:

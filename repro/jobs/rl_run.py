@@ -49,6 +49,9 @@ class ValidationConfig:
     temperature: float = 1.0
     max_tokens: int = 256
     concurrency: int = 4
+    before_first_step: bool = False  # also validate the starting policy before RL's first step (verl's
+                                     # val_before_train); needs every_steps > 0
+
 
 
 def resolved_steps(rl: RlPhaseConfig, n_tasks: int) -> int:
@@ -82,13 +85,13 @@ class RunParts:
 def validator(parts: RunParts, spec: Any, ev: EvalConfig, tasks: list[Task]) -> Callable[[int], dict[str, Any]]:
     """The validation point of a step: Pass@1 of the current policy on the validation tasks."""
     def validate(step: int) -> dict[str, Any]:
-        reports, _ = run_frozen_eval(parts.run_dir / "validation" / f"step_{step:03d}", parts.run_dir / "traces.sqlite",
-                                     spec, ev, tasks, parts.stack, parts.agent, parts.box, f"policy-step{step}",
+        name, when = ("before_rl", "before RL") if step < 0 else (f"step_{step:03d}", f"after step {step + 1}")
+        reports, _ = run_frozen_eval(parts.run_dir / "validation" / name, parts.run_dir / "traces.sqlite",
+                                     spec, ev, tasks, parts.stack, parts.agent, parts.box, f"policy-{name}",
                                      parts.grades)
         point = {"step": step, "pass_at_1": pass_at_1(reports), "n": len(reports),
                  "infra_failures": sum(r.infra_failure for r in reports)}
-        print(f"validation after step {step + 1}: Pass@1 {point['pass_at_1']:.1%} on {len(reports)} samples",
-              flush=True)
+        print(f"validation {when}: Pass@1 {point['pass_at_1']:.1%} on {len(reports)} samples", flush=True)
         return point
     return validate
 
@@ -127,9 +130,10 @@ def rl_run_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name:
             with running_stack(policy, serving, proxy, run_dir) as stack:
                 parts = RunParts(run_dir, agent, box, stack, GradeCache())
                 before = _evaluate(parts, "eval_before", spec, eval, test_list, base_name, acct)
+                validate = validator(parts, val_spec, val_ev, val_list) if validation.every_steps > 0 else None
+                first = [validate(-1)] if validate is not None and validation.before_first_step else []
                 with tracked(run_dir, tracking, f"rl-{run_dir.name}") as tracker:
-                    history = _rl(parts, rl, trainer, samples, policy, train_list, acct,
-                                  validator(parts, val_spec, val_ev, val_list) if validation.every_steps > 0 else None,
+                    history = _rl(parts, rl, trainer, samples, policy, train_list, acct, validate,
                                   validation.every_steps, tracker)
                 after = _evaluate(parts, "eval_after", spec, eval, test_list, f"rl-{run_dir.name}", acct)
     finally:
@@ -146,7 +150,7 @@ def rl_run_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name:
         "warm_start": {"key": base_name, "cached": True, "weights_sha256": base_sha},
         "rl": {"config": asdict(rl), "history": history}, "probe": None,
         "diagnostics": [h["diagnostics"] for h in history],
-        "validation": [h["validation"] for h in history if "validation" in h],
+        "validation": first + [h["validation"] for h in history if "validation" in h],
         "trainer": asdict(trainer), "samples": {"mode": samples.mode, "weighting": trainer.weighting},
         "loop": "proxy", "seed": rl.seed, "compute": acct.to_dict(), "started_at": started,
         "finished_at": time.time(), "wall_s": time.time() - started,

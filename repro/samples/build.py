@@ -19,10 +19,13 @@ from repro.samples.rows import (
     SampleConfig,
     SkippedCall,
     advantages,
+    capped,
     fragments,
     group_key,
     masked_reason,
+    prompt_length,
     row_weights,
+    training_reward,
 )
 
 if TYPE_CHECKING:  # the store package imports numpy; the CLI's parser imports this package
@@ -104,25 +107,42 @@ class SampleSet:
         }
 
 
-def _rows(rollout: RolloutRecord, parts: list[Fragment], masked: bool, advantage: float, weighting: str) -> list[Row]:
-    weights = [0.0] * len(parts) if masked else row_weights([p.n_sampled for p in parts], weighting)
+def _rows(rollout: RolloutRecord, parts: list[Fragment], masked: bool, advantage: float, config: SampleConfig,
+          ) -> list[Row]:
+    weights = [0.0] * len(parts) if masked else row_weights([p.n_sampled for p in parts], config.weighting)
+    reward = None if masked else training_reward(rollout, config.failed_reward)
     return [
         Row(rollout.rollout_id, rollout.task_id, group_key(rollout), index, part.call_seqs, part.input_ids,
-            part.loss_mask, part.old_logprobs, weight, advantage, None if masked else rollout.reward,
+            part.loss_mask, part.old_logprobs, weight, advantage, reward,
             logprobs_complete=not part.missing_logprob_seqs)
         for index, (part, weight) in enumerate(zip(parts, weights, strict=True))
     ]
+
+
+def capped_fragments(parts: list[Fragment], config: SampleConfig) -> tuple[list[Fragment], list[SkippedCall]]:
+    """The fragments under ``config``'s length caps, and the calls of the dropped ones (with the reason)."""
+    kept: list[Fragment] = []
+    dropped: list[SkippedCall] = []
+    for part in parts:
+        out = capped(part, config.max_prompt_tokens, config.max_response_tokens)
+        if out is None:
+            reason = f"row prompt of {prompt_length(part)} tokens > samples.max_prompt_tokens={config.max_prompt_tokens}"
+            dropped.extend(SkippedCall(seq, reason) for seq in part.call_seqs)
+        else:
+            kept.append(out)
+    return kept, dropped
 
 
 def rollout_samples(rollout: RolloutRecord, calls: Sequence[CallRecord], advantage: float,
                     config: SampleConfig) -> RolloutSamples:
     """One rollout's rows and bookkeeping, given its (group-relative) advantage."""
     parts, skipped = fragments(calls, config.mode, config.train_purposes)
-    masked = masked_reason(rollout, config.include_modes)
+    parts, dropped = capped_fragments(parts, config)
+    masked = masked_reason(rollout, config.include_modes, config.failed_reward)
     advantage = 0.0 if masked else advantage
-    return RolloutSamples(rollout.rollout_id, rollout.task_id, group_key(rollout), rollout.status, rollout.reward,
-                          advantage, masked, len(calls), _rows(rollout, parts, masked is not None, advantage,
-                                                               config.weighting), skipped)
+    return RolloutSamples(rollout.rollout_id, rollout.task_id, group_key(rollout), rollout.status,
+                          training_reward(rollout, config.failed_reward), advantage, masked, len(calls),
+                          _rows(rollout, parts, masked is not None, advantage, config), skipped + dropped)
 
 
 def build_sample_set(pairs: Iterable[tuple[RolloutRecord, Sequence[CallRecord]]],
@@ -130,7 +150,8 @@ def build_sample_set(pairs: Iterable[tuple[RolloutRecord, Sequence[CallRecord]]]
     """Rows of in-memory rollouts and their calls; advantages are relative to the groups among ``pairs``."""
     config = config or SampleConfig()
     pairs = list(pairs)
-    by_rollout = advantages([r for r, _ in pairs], config.scale_rewards, config.eps, config.include_modes)
+    by_rollout = advantages([r for r, _ in pairs], config.scale_rewards, config.eps, config.include_modes,
+                            config.std_ddof, config.failed_reward)
     rollouts = {r.rollout_id: rollout_samples(r, calls, by_rollout[r.rollout_id], config) for r, calls in pairs}
     rows = [row for info in rollouts.values() if info.masked is None for row in info.rows]
     return SampleSet(config, rows, rollouts)

@@ -19,10 +19,14 @@ counts as its own episode (a rollout broken into 10 fragments then counts 10 tim
 masked when it has no reward to learn from: it failed for infrastructure reasons (status ``failed``), has not
 finished, or has no (finite) reward; or when its mode (train/eval/demo) is not among ``include_modes`` (None:
 every mode). Masked rollouts are left out of their group's statistics and get advantage 0.0; they are never scored
-as reward 0. With ``scale="group"`` the advantage is ``(r - mean) / (std + eps)`` with the *population* std
-(ddof=0; trl's GRPO uses torch's default sample std, ddof=1, which is larger by sqrt(n / (n - 1)) for a group of
-n); with ``"none"`` it is ``r - mean``. A group with fewer than two valid rollouts, or whose valid rewards are all
+as reward 0, unless ``failed_reward`` is set (Agent Lightning's ``reward_fillna_value``: a failed rollout then
+trains with that reward). With ``scale="group"`` the advantage is ``(r - mean) / (std + eps)`` with the
+*population* std by default (``std_ddof=0``; verl's and trl's GRPO use torch's sample std, ``std_ddof=1``, which is
+larger by sqrt(n / (n - 1)) for a group of n); with ``"none"`` it is ``r - mean``. A group with fewer than two valid rollouts, or whose valid rewards are all
 equal, gives advantage 0.0 to all of them.
+
+**Caps**: ``max_prompt_tokens`` drops a row whose prompt (its tokens before the first sampled one) is longer;
+``max_response_tokens`` cuts a row that many tokens after its first sampled one (0: no cap).
 
 The CLI's parser reads this module's constants and :class:`SampleConfig`'s defaults, so it imports the store
 (whose package imports numpy) only for type checking and when a :class:`SampleConfig` is built.
@@ -76,6 +80,10 @@ class SampleConfig:
     eps: float = 1e-4
     include_modes: tuple[str, ...] | None = None  # rollout modes to train on (None: all); others are masked
     train_purposes: tuple[str, ...] = DEFAULT_TRAIN_PURPOSES  # call purposes to train on (auxiliary: skipped)
+    std_ddof: int = 0  # the group std's delta degrees of freedom: 0 population std | 1 sample std (verl, trl)
+    failed_reward: float | None = None  # None: failed rollouts are masked | a number: they train with that reward
+    max_prompt_tokens: int = 0  # > 0: a row whose prompt (tokens before its first sampled one) is longer is dropped
+    max_response_tokens: int = 0  # > 0: a row keeps at most this many tokens from its first sampled one on
 
     def __post_init__(self) -> None:
         from repro.store.records import CALL_PURPOSES  # here, not at the top: see the module's docstring
@@ -85,6 +93,14 @@ class SampleConfig:
         check_scale(self.scale_rewards)
         if not self.eps > 0:
             raise ValueError(f"eps must be > 0; got {self.eps!r}")
+        if self.std_ddof not in (0, 1):
+            raise ValueError(f"std_ddof must be 0 (population std) or 1 (sample std); got {self.std_ddof!r}")
+        if self.failed_reward is not None and not math.isfinite(self.failed_reward):
+            raise ValueError(f"failed_reward must be a finite number or None (mask failed rollouts); "
+                             f"got {self.failed_reward!r}")
+        if self.max_prompt_tokens < 0 or self.max_response_tokens < 0:
+            raise ValueError(f"max_prompt_tokens and max_response_tokens must be >= 0 (0: no cap); got "
+                             f"{self.max_prompt_tokens!r} and {self.max_response_tokens!r}")
         if isinstance(self.include_modes, str):
             raise ValueError(f"include_modes must be a tuple of modes, e.g. ('train',); got {self.include_modes!r}")
         if isinstance(self.train_purposes, str) or not set(self.train_purposes) <= set(CALL_PURPOSES):
@@ -215,12 +231,16 @@ def group_key(rollout: RolloutRecord) -> str:
     return rollout.group_id or rollout.task_id or rollout.rollout_id
 
 
-def masked_reason(rollout: RolloutRecord, include_modes: Collection[str] | None = None) -> str | None:
-    """Why the rollout must not be trained on (None when it can)."""
+def masked_reason(rollout: RolloutRecord, include_modes: Collection[str] | None = None,
+                  failed_reward: float | None = None) -> str | None:
+    """Why the rollout must not be trained on (None when it can); with ``failed_reward`` set, a failed rollout
+    is trained on with that reward instead of being masked."""
     if include_modes is not None and rollout.mode not in include_modes:
         return f"mode {rollout.mode} not included ({', '.join(include_modes)})"
     if rollout.status == "failed":
-        return f"infrastructure failure: {rollout.failure_reason or 'no reason recorded'}"
+        if failed_reward is not None:
+            return None
+        return f"infrastructure failure: {rollout.failure_reason or 'no reward recorded'}"
     if rollout.status in ("pending", "running"):
         return f"rollout {rollout.status}: not finished"
     if rollout.reward is None:
@@ -230,13 +250,21 @@ def masked_reason(rollout: RolloutRecord, include_modes: Collection[str] | None 
     return None
 
 
-def group_advantages(rewards: Sequence[float], scale: str = "group", eps: float = 1e-4) -> list[float]:
-    """Advantages of one group's valid rewards, in order."""
+def training_reward(rollout: RolloutRecord, failed_reward: float | None = None) -> float | None:
+    """The reward a rollout trains with: its own, or ``failed_reward`` for a failed rollout when that is set."""
+    if rollout.status == "failed" and failed_reward is not None:
+        return float(failed_reward)
+    return rollout.reward
+
+
+def group_advantages(rewards: Sequence[float], scale: str = "group", eps: float = 1e-4,
+                     ddof: int = 0) -> list[float]:
+    """Advantages of one group's valid rewards, in order (``ddof``: 0 population std, 1 sample std)."""
     check_scale(scale)
     if len(rewards) < 2:
         return [0.0] * len(rewards)
     mean = sum(rewards) / len(rewards)
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - ddof))
     if std == 0.0:
         return [0.0] * len(rewards)
     denom = std + eps if scale == "group" else 1.0
@@ -244,16 +272,39 @@ def group_advantages(rewards: Sequence[float], scale: str = "group", eps: float 
 
 
 def advantages(rollouts: Iterable[RolloutRecord], scale: str = "group", eps: float = 1e-4,
-               include_modes: Collection[str] | None = None) -> dict[str, float]:
+               include_modes: Collection[str] | None = None, ddof: int = 0,
+               failed_reward: float | None = None) -> dict[str, float]:
     """Rollout id -> advantage, groups formed by :func:`group_key`; masked rollouts get 0.0."""
     out: dict[str, float] = {}
     groups: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for rollout in rollouts:
-        if masked_reason(rollout, include_modes) is None and rollout.reward is not None:
-            groups[group_key(rollout)].append((rollout.rollout_id, float(rollout.reward)))
+        reward = training_reward(rollout, failed_reward)
+        if masked_reason(rollout, include_modes, failed_reward) is None and reward is not None:
+            groups[group_key(rollout)].append((rollout.rollout_id, float(reward)))
         else:
             out[rollout.rollout_id] = 0.0
     for members in groups.values():
-        values = group_advantages([reward for _, reward in members], scale, eps)
+        values = group_advantages([reward for _, reward in members], scale, eps, ddof)
         out.update({rollout_id: a for (rollout_id, _), a in zip(members, values, strict=True)})
     return out
+
+
+# Length caps (Agent Lightning's trajectory_max_prompt_length / trajectory_max_response_length).
+
+
+def prompt_length(fragment: Fragment) -> int:
+    """Tokens before the fragment's first sampled token (all of them when nothing was sampled)."""
+    return next((i for i, m in enumerate(fragment.loss_mask) if m), len(fragment.loss_mask))
+
+
+def capped(fragment: Fragment, max_prompt_tokens: int = 0, max_response_tokens: int = 0) -> Fragment | None:
+    """The fragment under the caps (0: none): None when its prompt is longer than ``max_prompt_tokens``; else
+    cut ``max_response_tokens`` tokens after its first sampled token (token order is never changed)."""
+    start = prompt_length(fragment)
+    if max_prompt_tokens and start > max_prompt_tokens:
+        return None
+    if not max_response_tokens or len(fragment.input_ids) - start <= max_response_tokens:
+        return fragment
+    end = start + max_response_tokens
+    return Fragment(list(fragment.call_seqs), fragment.input_ids[:end], fragment.loss_mask[:end],
+                    fragment.old_logprobs[:end], list(fragment.missing_logprob_seqs))
