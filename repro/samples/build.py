@@ -126,7 +126,8 @@ def capped_fragments(parts: list[Fragment], config: SampleConfig) -> tuple[list[
     for part in parts:
         out = capped(part, config.max_prompt_tokens, config.max_response_tokens)
         if out is None:
-            reason = f"row prompt of {prompt_length(part)} tokens > samples.max_prompt_tokens={config.max_prompt_tokens}"
+            reason = (f"row prompt of {prompt_length(part)} tokens > "
+                      f"samples.max_prompt_tokens={config.max_prompt_tokens}")
             dropped.extend(SkippedCall(seq, reason) for seq in part.call_seqs)
         else:
             kept.append(out)

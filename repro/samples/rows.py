@@ -22,8 +22,8 @@ every mode). Masked rollouts are left out of their group's statistics and get ad
 as reward 0, unless ``failed_reward`` is set (Agent Lightning's ``reward_fillna_value``: a failed rollout then
 trains with that reward). With ``scale="group"`` the advantage is ``(r - mean) / (std + eps)`` with the
 *population* std by default (``std_ddof=0``; verl's and trl's GRPO use torch's sample std, ``std_ddof=1``, which is
-larger by sqrt(n / (n - 1)) for a group of n); with ``"none"`` it is ``r - mean``. A group with fewer than two valid rollouts, or whose valid rewards are all
-equal, gives advantage 0.0 to all of them.
+larger by sqrt(n / (n - 1)) for a group of n); with ``"none"`` it is ``r - mean``. A group with fewer than two
+valid rollouts, or whose valid rewards are all equal, gives advantage 0.0 to all of them.
 
 **Caps**: ``max_prompt_tokens`` drops a row whose prompt (its tokens before the first sampled one) is longer;
 ``max_response_tokens`` cuts a row that many tokens after its first sampled one (0: no cap).

@@ -2,8 +2,8 @@
 run: the real harness through the proxy and the CPU server, frozen evaluation before and after, 3 RL steps in
 one-step-off mode (the next step's rollouts run during this step's update), a validation point before RL and every
 2 steps, a shaped reward (a prompt-length penalty, recorded in the store and in each step's mean), the policy
-version of every call, and the cost the runner adds from the configured prices. (The random tiny model's rollouts of one task
-are alike, so its groups carry no advantage; the miniature's tests are the ones that show updates.)"""
+version of every call, and the cost the runner adds from the configured prices. (The random tiny model's rollouts
+of one task are alike, so its groups carry no advantage; the miniature's tests are the ones that show updates.)"""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from repro.report.before_after import run_markdown
 @pytest.mark.e2e
 def test_rl_run_evaluates_trains_off_by_one_with_a_shaped_reward_and_validates(tmp_path: Path) -> None:
     main(["run", "experiment=rl_run", "rl.steps=3", "rl.mode=one_step_off", "trainer.on_policy_log_ratio_max=0",
-          "validation.every_steps=2", "validation.before_first_step=true", "rl.reward.prompt_penalty=0.5", "rl.reward.prompt_penalty_from=50",
+          "validation.every_steps=2",
+          "validation.before_first_step=true", "rl.reward.prompt_penalty=0.5", "rl.reward.prompt_penalty_from=50",
           "rl.reward.prompt_penalty_to=3000", "pricing.per_cpu_core_hour=0.05", f"run.output_root={tmp_path}"])
     (metrics_path,) = tmp_path.glob("rl_run/*/metrics.json")
     metrics = json.loads(metrics_path.read_text())
