@@ -130,8 +130,10 @@ def step_diagnostics(record: dict[str, Any]) -> dict[str, Any]:
     """What a reader checks per RL step: reward, the share of groups GRPO can learn from (mixed outcomes), the
     clip fraction of the updates after the first (the first is on policy, ratio 1), the sampling policy's
     entropy on its sampled tokens, calls per rollout, and max |log ratio| of the first update (the on-policy
-    check) and of all updates."""
+    check) and of all updates; the recorded-vs-trainer logprob mismatch before the update (max and mean over sampled
+    tokens), the optimizer steps taken and whether the step was skipped (fewer rows than a PPO mini-batch)."""
     updates = record["update"]["updates"]
+    mismatch = record["update"].get("old_logprob_mismatch", {})
     later = updates[1:] or updates
     first = updates[0] if updates else record["update"].get("measured", {})  # measured without an update
     return {
@@ -144,6 +146,9 @@ def step_diagnostics(record: dict[str, Any]) -> dict[str, Any]:
         "log_ratio_first_max": first.get("log_ratio_abs_max", 0.0),
         "log_ratio_max": max((u["log_ratio_abs_max"] for u in updates), default=0.0),
         "rows": record["update"]["rows"], "rows_trained": record["update"]["rows_trained"],
+        "old_logprob_mismatch_max": mismatch.get("max", 0.0), "old_logprob_mismatch_mean": mismatch.get("mean", 0.0),
+        "optimizer_steps": record["update"].get("optimizer_steps", len(updates)),
+        "update_skipped": record["update"].get("update_skipped", not updates),
         "rollouts": record["rollouts"], "infra_failures": record["infra_failures"],
         "rollout_s": record["rollout_s"], "update_s": record["update"]["seconds"],
     }
@@ -295,7 +300,7 @@ class RlLoop:
                 versions = store.policy_versions(ids)
             finally:
                 store.close()
-            update = self.trainer.update(samples.rows)
+            update = self.trainer.update(samples.rows, self.trainer.plan(samples.rows))  # plan: None by default
             self.trainer.save(self.policy_dir)
             (self.policy_dir / POLICY_STEP).write_text(json.dumps({"step": step}))
             sync_s = self.stack.sync_weights(self.policy_dir, version=step + 1)

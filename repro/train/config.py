@@ -8,6 +8,7 @@ from typing import Any
 
 DEVICES = ("cpu", "cuda", "auto")
 WEIGHTINGS = ("rollout", "fragment")
+OLD_LOGPROBS = ("recorded", "recompute")
 
 
 @dataclass
@@ -80,6 +81,11 @@ class RlConfig(DeviceSettings):
     rollouts (importance ratios against the recorded sampling logprobs keep later ones on-policy enough).
     ``on_policy_log_ratio_max``: the first update of every batch must see the policy that sampled it, so its
     max |log ratio| between the trainer's and the recorded logprobs above this fails the run (0: no check).
+    ``ppo_mini_batch_rows`` > 0: verl's rule instead of ``updates_per_batch`` passes (:mod:`repro.train.batching`):
+    ``min(max_ppo_updates, rows // ppo_mini_batch_rows)`` disjoint mini-batches, one optimizer step each (0: no cap).
+    ``old_logprobs``: the ratio's denominator — ``recorded`` (the server's sampling logprobs) or ``recompute`` (the
+    trainer's own before the step's first optimizer step; the first ratio is exactly 1). ``clip_ratio_c`` > 1:
+    dual-clip PPO, a negative advantage's per-token loss capped at ``-A * clip_ratio_c`` (0: off).
     Device, precision, gradient checkpointing, LoRA and FSDP: :class:`DeviceSettings`.
     """
 
@@ -94,11 +100,23 @@ class RlConfig(DeviceSettings):
     adam_betas: tuple[float, float] = (0.9, 0.99)
     skip_zero_advantage: bool = True
     on_policy_log_ratio_max: float = 1e-3
+    ppo_mini_batch_rows: int = 0  # 0: updates_per_batch passes over every row
+    max_ppo_updates: int = 2  # the cap on mini-batches a step (with ppo_mini_batch_rows > 0; 0: no cap)
+    old_logprobs: str = "recorded"  # recorded | recompute
+    clip_ratio_c: float = 0.0  # dual-clip constant (> 1; 0: off)
     seed: int = 0
     torch_threads: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.ppo_mini_batch_rows < 0 or self.max_ppo_updates < 0:
+            raise ValueError(f"trainer.ppo_mini_batch_rows and trainer.max_ppo_updates must be >= 0, got "
+                             f"{self.ppo_mini_batch_rows} and {self.max_ppo_updates}")
+        if self.old_logprobs not in OLD_LOGPROBS:
+            raise ValueError(f"trainer.old_logprobs must be one of {OLD_LOGPROBS}, got {self.old_logprobs!r}")
+        if self.clip_ratio_c and not self.clip_ratio_c > 1:
+            raise ValueError(f"trainer.clip_ratio_c must be > 1 (dual-clip PPO; verl uses 3.0) or 0 (off), got "
+                             f"{self.clip_ratio_c}")
         if self.on_policy_log_ratio_max < 0:
             raise ValueError(f"trainer.on_policy_log_ratio_max must be >= 0, got {self.on_policy_log_ratio_max}")
         if self.weighting not in WEIGHTINGS:

@@ -10,6 +10,11 @@ FAIL_TO_PASS plus the PASS_TO_PASS tests that live in the same test files, minus
   ``turn_penalty_from`` model calls;
 * prompt length: ``prompt_penalty * min(1, (longest_prompt - prompt_penalty_from) / (prompt_penalty_to -
   prompt_penalty_from))`` past ``prompt_penalty_from`` prompt tokens (the rollout's longest prompt).
+
+Both penalties apply only to SOLVED rollouts (task reward >= 1), as in Agent Lightning's SWE agent
+(``examples/swe_smith/agents/smith_agent.py``: ``length_penalized_reward`` and ``prompt_length_penalty``): an
+unsolved rollout earns exactly its task reward, 0.0, so an all-fail group has all-equal rewards (advantage 0)
+instead of small penalty differences that group standardization would blow up.
 """
 
 from __future__ import annotations
@@ -82,9 +87,11 @@ def ramp(value: float, start: float, end: float) -> float:
 
 def shaped_reward(task: Task, outcome: str, test_status: dict[str, str], calls: int, longest_prompt: int,
                   cfg: RewardConfig) -> tuple[float, dict[str, Any]]:
-    """The reward and its parts (task reward, turn penalty, prompt-length penalty)."""
+    """The reward and its parts (task reward, turn penalty, prompt-length penalty); the penalties are 0 unless the
+    rollout solved its task (task reward >= 1)."""
     base = task_reward(task, outcome, test_status, cfg.tests)
-    turns = cfg.turn_penalty * ramp(calls, cfg.turn_penalty_from, cfg.max_turns) if cfg.turn_penalty else 0.0
+    solved = base >= 1.0
+    turns = cfg.turn_penalty * ramp(calls, cfg.turn_penalty_from, cfg.max_turns) if solved and cfg.turn_penalty else 0.0
     prompt = (cfg.prompt_penalty * ramp(longest_prompt, cfg.prompt_penalty_from, cfg.prompt_penalty_to)
-              if cfg.prompt_penalty else 0.0)
+              if solved and cfg.prompt_penalty else 0.0)
     return base - turns - prompt, {"task": base, "turn_penalty": turns, "prompt_penalty": prompt}

@@ -4,7 +4,11 @@ The objective is the clipped policy gradient on weighted, masked rows (GRPO/DAPO
 ``max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high))`` with ``r = exp(logp - old_logp)``, the importance ratio
 against the logprob the model server recorded when it sampled the token. Per row: the mean over its sampled
 tokens. Per batch: rows weighted by ``weights`` and divided by ``normalizer`` (the sum of the batch's weights: the
-number of rollouts under ``rollout`` weighting, of rows under ``fragment``).
+number of rollouts under ``rollout`` weighting, of rows under ``fragment``). With ``clip_ratio_c`` > 1 (dual-clip
+PPO), a negative advantage's per-token loss is further capped at ``-A * clip_ratio_c``.
+
+How many optimizer steps, on which rows, against which old logprobs: :meth:`PolicyTrainer.update` (the plan of
+mini-batches: :mod:`repro.train.batching`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,6 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
+from repro.train.batching import UpdatePlan, plan_updates
 from repro.train.config import RlConfig
 from repro.train.device import base_model, distributed, make_accelerator, merged_state_dict, prepare_model
 
@@ -60,15 +66,22 @@ def token_logprobs_and_entropy(model: torch.nn.Module, input_ids: torch.Tensor, 
 
 def clipped_policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
                         loss_mask: torch.Tensor, weights: torch.Tensor, normalizer: float,
-                        clip_low: float = 0.2, clip_high: float = 0.28) -> tuple[torch.Tensor, dict[str, float]]:
+                        clip_low: float = 0.2, clip_high: float = 0.28,
+                        clip_ratio_c: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
     """(loss, stats) for a padded batch: ``logps``/``old_logps``/``loss_mask`` are (rows, tokens); ``advantages``
-    and ``weights`` are (rows,). Padding and unsampled tokens must have mask 0."""
+    and ``weights`` are (rows,). Padding and unsampled tokens must have mask 0. ``clip_ratio_c`` > 0: dual clip
+    (stats then also hold ``dual_clip_fraction``, the sampled tokens whose loss the cap lowered)."""
     mask = loss_mask.float()
     ratio = torch.exp((logps - old_logps) * mask)
     adv = advantages.unsqueeze(1)
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.maximum(unclipped, clipped)
+    dual = None
+    if clip_ratio_c:
+        cap = -adv * clip_ratio_c
+        dual = (adv < 0) & (per_token > cap)
+        per_token = torch.where(adv < 0, torch.minimum(per_token, cap), per_token)
     per_row = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1.0)
     loss = (per_row * weights).sum() / normalizer
     with torch.no_grad():
@@ -77,6 +90,8 @@ def clipped_policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages
         stats = {"clip_fraction": float(was_clipped),
                  "ratio_mean": float((ratio * mask).sum() / n),
                  "log_ratio_abs_max": float(((logps - old_logps).abs() * mask).max()) if mask.any() else 0.0}
+        if dual is not None:
+            stats["dual_clip_fraction"] = float((dual & (mask > 0)).float().sum() / n)
     return loss, stats
 
 
@@ -130,6 +145,52 @@ def check_on_policy(log_ratio_abs_max: float, bound: float) -> None:
             "serving)")
 
 
+@dataclass
+class Mismatch:
+    """|recorded sampling logprob - trainer's logprob| over sampled tokens: its max and sum."""
+
+    max: float = 0.0
+    total: float = 0.0
+    tokens: int = 0
+
+    def add(self, logps: torch.Tensor, recorded: torch.Tensor, loss_mask: torch.Tensor) -> None:
+        with torch.no_grad():
+            mask = loss_mask > 0
+            if mask.any():
+                diff = (logps.detach() - recorded).abs()[mask]
+                self.max = max(self.max, float(diff.max()))
+                self.total += float(diff.double().sum())
+                self.tokens += int(mask.sum())
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.tokens if self.tokens else 0.0
+
+
+@dataclass
+class RebasedRow:
+    """A row whose old logprobs are the trainer's own (``old_logprobs=recompute``)."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    old_logprobs: list[float]
+    weight: float
+    advantage: float
+
+
+def rebased(row: TrainingRow, old_logprobs: list[float]) -> RebasedRow:
+    """``row`` with ``old_logprobs`` in place of the recorded ones."""
+    return RebasedRow(list(row.input_ids), list(row.loss_mask), old_logprobs, row.weight, row.advantage)
+
+
+def own_logprobs(rows: Sequence[TrainingRow], logps: torch.Tensor) -> dict[int, list[float]]:
+    """Row id -> its unpadded logprobs from a padded (rows, tokens) tensor (unsampled positions: 0.0)."""
+    values = logps.detach().float().cpu()
+    return {id(row): [float(v) if m else 0.0 for v, m in zip(values[i, : len(row.input_ids)].tolist(), row.loss_mask,
+                                                              strict=True)]
+            for i, row in enumerate(rows)}
+
+
 class PolicyTrainer:
     """Holds the policy and its optimizer across RL steps, on the device its settings name (through accelerate:
     :mod:`repro.train.device`); with the defaults (fp32 on the CPU, full fine-tuning) a plain torch loop."""
@@ -153,8 +214,24 @@ class PolicyTrainer:
     def _batch(self, rows: Sequence[TrainingRow]) -> dict[str, torch.Tensor]:
         return {k: v.to(self.device) for k, v in pad_rows(rows, self.pad_id).items()}
 
-    def update(self, rows: Sequence[TrainingRow]) -> dict[str, Any]:
-        """``updates_per_batch`` optimizer steps on ``rows``; returns what happened (for the run's log)."""
+    def plan(self, rows: Sequence[TrainingRow]) -> UpdatePlan | None:
+        """The step's mini-batches (indices into ``rows``; only rows of weight > 0 are planned), or None under
+        ``ppo_mini_batch_rows=0`` (every row in each of ``updates_per_batch`` passes)."""
+        if not self.cfg.ppo_mini_batch_rows:
+            return None
+        live = [i for i, r in enumerate(rows) if r.weight > 0]
+        plan = plan_updates([rows[i] for i in live], self.cfg.ppo_mini_batch_rows, self.cfg.max_ppo_updates,
+                            self.rng)
+        return UpdatePlan([[live[i] for i in batch] for batch in plan.mini_batches], len(rows),
+                          plan.dropped_zero_advantage, plan.dropped_other)
+
+    def update(self, rows: Sequence[TrainingRow], plan: UpdatePlan | None = None) -> dict[str, Any]:
+        """Optimizer steps on ``rows``: ``updates_per_batch`` passes over every row, or (``ppo_mini_batch_rows`` > 0)
+        one per mini-batch of ``plan`` (:meth:`plan` when not given); returns what happened (for the run's log)."""
+        if self.cfg.ppo_mini_batch_rows:
+            return self._update_mini_batches(rows, self.plan(rows) if plan is None else plan)
+        if plan is not None:
+            raise ValueError("a plan of mini-batches needs trainer.ppo_mini_batch_rows > 0")
         started = time.perf_counter()
         live = [r for r in rows if r.weight > 0]
         check_rows(live)
@@ -163,22 +240,75 @@ class PolicyTrainer:
         stats: dict[str, Any] = {"rows": len(rows), "rows_trained": len(used), "normalizer": normalizer,
                                  "sampled_tokens": sum(sum(r.loss_mask) for r in used), "updates": []}
         if not used or normalizer <= 0:  # nothing to learn from; still check and measure the sampling policy
-            if live:
-                stats["measured"] = self._measure(live)
-                check_on_policy(stats["measured"]["log_ratio_abs_max"], self.cfg.on_policy_log_ratio_max)
-            stats["seconds"] = time.perf_counter() - started
-            return stats
+            return self._no_update(live, stats, started)
+        recompute = self.cfg.old_logprobs == "recompute"
+        mismatch, own = Mismatch(), {}
         for index in range(self.cfg.updates_per_batch):
-            stats["updates"].append(self._one_update(used, normalizer, first=index == 0))
-            if index == 0:
-                check_on_policy(stats["updates"][0]["log_ratio_abs_max"], self.cfg.on_policy_log_ratio_max)
+            first = index == 0
+            batch_rows = used if first or not recompute else [rebased(r, own[id(r)]) for r in used]
+            stats["updates"].append(self._one_update(batch_rows, normalizer, first=first, self_old=first and recompute,
+                                                     mismatch=mismatch if first else None,
+                                                     own=own if first and recompute else None))
+            if first:
+                check_on_policy(mismatch.max, self.cfg.on_policy_log_ratio_max)
         self.steps += 1
-        stats["seconds"] = time.perf_counter() - started
+        return self._finish(stats, mismatch, len(stats["updates"]), started)
+
+    def _update_mini_batches(self, rows: Sequence[TrainingRow], plan: UpdatePlan) -> dict[str, Any]:
+        """One optimizer step per planned mini-batch; the normalizer is the sum of every planned row's weight (Agent
+        Lightning's per-rollout mean divides by the step's trained rows, zero-advantage ones included)."""
+        started = time.perf_counter()
+        live = [r for r in rows if r.weight > 0]
+        check_rows(live)
+        batches = [[rows[i] for i in batch] for batch in plan.mini_batches]
+        planned = [r for batch in batches for r in batch]
+        normalizer = sum(r.weight for r in planned)
+        trained = [[r for r in batch if r.advantage != 0 or not self.cfg.skip_zero_advantage] for batch in batches]
+        stats: dict[str, Any] = {
+            "rows": len(rows), "rows_planned": len(planned), "rows_trained": sum(len(b) for b in trained),
+            "dropped_zero_advantage": plan.dropped_zero_advantage, "dropped_other": plan.dropped_other,
+            "normalizer": normalizer, "sampled_tokens": sum(sum(r.loss_mask) for b in trained for r in b),
+            "updates": []}
+        if plan.skipped or normalizer <= 0:
+            return self._no_update(live, stats, started)
+        recompute = self.cfg.old_logprobs == "recompute"
+        mismatch = Mismatch()
+        if not trained[0]:  # the first mini-batch is all zero-advantage: measure the sampling policy on it
+            self._measure(batches[0], mismatch)
+        if recompute:  # every later mini-batch's old logprobs, from the weights before the first optimizer step
+            trained[1:] = [self._rebase(batch, mismatch) for batch in trained[1:]]
+        for index, batch in enumerate(trained):
+            first = index == 0
+            stats["updates"].append(self._one_update(batch, normalizer, first=first, self_old=first and recompute,
+                                                     mismatch=mismatch if first else None, fill_grads=True))
+            if first:
+                check_on_policy(mismatch.max, self.cfg.on_policy_log_ratio_max)
+        self.steps += 1
+        return self._finish(stats, mismatch, len(trained), started)
+
+    def _no_update(self, live: list[TrainingRow], stats: dict[str, Any], started: float) -> dict[str, Any]:
+        """No optimizer step: the sampling policy still measured and checked on the live rows."""
+        mismatch = Mismatch()
+        if live:
+            stats["measured"] = self._measure(live, mismatch)
+            check_on_policy(mismatch.max, self.cfg.on_policy_log_ratio_max)
+        return self._finish(stats, mismatch, 0, started)
+
+    @staticmethod
+    def _finish(stats: dict[str, Any], mismatch: Mismatch, steps: int, started: float) -> dict[str, Any]:
+        stats.update(optimizer_steps=steps, update_skipped=steps == 0,
+                     old_logprob_mismatch={"max": mismatch.max, "mean": mismatch.mean, "tokens": mismatch.tokens},
+                     seconds=time.perf_counter() - started)
         return stats
 
-    def _one_update(self, rows: list[TrainingRow], normalizer: float, first: bool) -> dict[str, float]:
+    def _one_update(self, rows: list[TrainingRow], normalizer: float, first: bool, self_old: bool = False,
+                    mismatch: Mismatch | None = None, own: dict[int, list[float]] | None = None,
+                    fill_grads: bool = False) -> dict[str, float]:
         """One optimizer step over ``rows`` in micro-batches; the ``first`` of a batch also measures the sampling
-        policy's entropy on the sampled tokens (its weights are still the sampler's)."""
+        policy's entropy on the sampled tokens (its weights are still the sampler's). ``self_old``: the forward's own
+        logprobs, detached, are the old ones (ratio exactly 1), kept in ``own`` (by row id) when given; ``mismatch``
+        collects the recorded-vs-trainer difference; ``fill_grads``: step even without rows (zero gradients, as
+        verl steps on a mini-batch of zero advantages)."""
         order = list(rows)
         self.rng.shuffle(order)
         self.optimizer.zero_grad(set_to_none=True)
@@ -189,16 +319,28 @@ class PolicyTrainer:
             batch = self._batch(chunk)
             logps, entropy = token_logprobs_and_entropy(self.model, batch["input_ids"], batch["attention_mask"],
                                                         with_entropy=first)
-            loss, st = clipped_policy_loss(logps, batch["old_logps"], batch["advantages"], batch["loss_mask"],
-                                           batch["weights"], normalizer, self.cfg.clip_low, self.cfg.clip_high)
+            if mismatch is not None:
+                mismatch.add(logps, batch["old_logps"], batch["loss_mask"])
+            old = logps.detach() if self_old else batch["old_logps"]
+            if own is not None:
+                own.update(own_logprobs(chunk, old))
+            loss, st = clipped_policy_loss(logps, old, batch["advantages"], batch["loss_mask"], batch["weights"],
+                                           normalizer, self.cfg.clip_low, self.cfg.clip_high, self.cfg.clip_ratio_c)
             self.accelerator.backward(loss)
             total += float(loss.detach())
             merged["clip_fraction"] += st["clip_fraction"] / len(chunks)
             merged["ratio_mean"] += st["ratio_mean"] / len(chunks)
             merged["log_ratio_abs_max"] = max(merged["log_ratio_abs_max"], st["log_ratio_abs_max"])
+            if "dual_clip_fraction" in st:
+                merged["dual_clip_fraction"] = (merged.get("dual_clip_fraction", 0.0)
+                                                + st["dual_clip_fraction"] / len(chunks))
             if entropy is not None:
                 entropy_sum += float((entropy * batch["loss_mask"]).sum())
                 tokens += float(batch["loss_mask"].sum())
+        if fill_grads:
+            for param in self.model.parameters():
+                if param.requires_grad and param.grad is None:
+                    param.grad = torch.zeros_like(param)
         grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         out = {"loss": total, "grad_norm": float(grad_norm), **merged}
@@ -207,13 +349,28 @@ class PolicyTrainer:
         return out
 
     @torch.no_grad()
-    def _measure(self, rows: list[TrainingRow]) -> dict[str, float]:
+    def _rebase(self, rows: list[TrainingRow], mismatch: Mismatch) -> list[TrainingRow]:
+        """``rows`` with the trainer's current logprobs as their old ones (the recorded-vs-trainer difference into
+        ``mismatch``)."""
+        own: dict[int, list[float]] = {}
+        for start in range(0, len(rows), self.cfg.micro_batch_rows):
+            chunk = rows[start : start + self.cfg.micro_batch_rows]
+            batch = self._batch(chunk)
+            logps = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
+            mismatch.add(logps, batch["old_logps"], batch["loss_mask"])
+            own.update(own_logprobs(chunk, logps))
+        return [rebased(r, own[id(r)]) for r in rows]
+
+    @torch.no_grad()
+    def _measure(self, rows: list[TrainingRow], mismatch: Mismatch | None = None) -> dict[str, float]:
         """Max |log ratio| against the recorded logprobs and mean entropy on the sampled tokens, without an update."""
         log_ratio, entropy_sum, tokens = 0.0, 0.0, 0.0
         for start in range(0, len(rows), self.cfg.micro_batch_rows):
             batch = self._batch(rows[start : start + self.cfg.micro_batch_rows])
             logps, entropy = token_logprobs_and_entropy(self.model, batch["input_ids"], batch["attention_mask"])
             mask = batch["loss_mask"].float()
+            if mismatch is not None:
+                mismatch.add(logps, batch["old_logps"], batch["loss_mask"])
             if mask.any():
                 log_ratio = max(log_ratio, float(((logps - batch["old_logps"]).abs() * mask).max()))
             entropy_sum += float((entropy * mask).sum())

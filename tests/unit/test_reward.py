@@ -39,7 +39,28 @@ def test_penalties_follow_the_recipe_ramps() -> None:
     reward, parts = shaped_reward(TASK, "resolved", statuses(), 90, 57_000, AGL)
     assert parts == {"task": 1.0, "turn_penalty": pytest.approx(0.05), "prompt_penalty": pytest.approx(0.05)}
     assert reward == pytest.approx(0.9)
-    assert shaped_reward(TASK, "unresolved", statuses(bug="FAILED"), 150, 90_000, AGL)[0] == pytest.approx(-0.2)
+    assert shaped_reward(TASK, "resolved", statuses(), 150, 90_000, AGL)[0] == pytest.approx(0.8)
+
+
+def test_an_unsolved_rollout_earns_exactly_its_task_reward_whatever_its_length() -> None:
+    reward, parts = shaped_reward(TASK, "unresolved", statuses(bug="FAILED"), 95, 60_000, AGL)
+    assert reward == 0.0 and parts == {"task": 0.0, "turn_penalty": 0.0, "prompt_penalty": 0.0}
+    assert shaped_reward(TASK, "timeout", statuses(), 100, 64_000, AGL)[0] == 0.0
+
+
+def test_a_solved_rollout_pays_both_penalties() -> None:
+    reward, parts = shaped_reward(TASK, "resolved", statuses(), 95, 60_000, AGL)
+    assert parts["turn_penalty"] == pytest.approx(0.075) and parts["prompt_penalty"] == pytest.approx(0.1 * 10 / 14)
+    assert reward == pytest.approx(1.0 - 0.075 - 0.1 * 10 / 14)
+
+
+@given(lengths=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 200_000)), min_size=2, max_size=8))
+def test_an_all_fail_group_has_equal_rewards_and_zero_advantages(lengths: list[tuple[int, int]]) -> None:
+    from repro.samples import group_advantages
+
+    rewards = [shaped_reward(TASK, "unresolved", statuses(bug="FAILED"), calls, prompt, AGL)[0]
+               for calls, prompt in lengths]
+    assert set(rewards) == {0.0} and group_advantages(rewards) == [0.0] * len(rewards)
 
 
 @given(calls=st.integers(0, 500), more=st.integers(0, 100), prompt=st.integers(0, 200_000),
