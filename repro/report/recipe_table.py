@@ -38,6 +38,7 @@ FILES = {
     "optim": ("verl", "verl/trainer/config/optim/fsdp.yaml"),
     "data": ("verl", "verl/trainer/config/data/legacy_data.yaml"),
     "algos": ("verl", "verl/trainer/ppo/core_algos.py"),
+    "perloss": ("agl", "agentlightning/verl/per_rollout_loss.py"),
 }
 REPOS = {"agl": ("microsoft/agent-lightning", AGL_COMMIT), "verl": ("volcengine/verl", VERL_COMMIT)}
 
@@ -108,7 +109,7 @@ SETTINGS: tuple[Setting, ...] = (
     S("reward", "prompt penalty", "0.1", "job:39-40", "rl.reward.prompt_penalty", 0.1),
     S("reward", "prompt penalty from (tokens)", "50,000", "job:35-36", "rl.reward.prompt_penalty_from", 50000),
     S("reward", "prompt penalty full at (tokens)", "64,000", "job:37-38", "rl.reward.prompt_penalty_to", 64000),
-    S("reward", "penalties apply to", "solved training rollouts only", "agent:657-700",
+    S("reward", "penalties apply to", "solved training rollouts only", "agent:673, agent:706",
       ours="solved rollouts only (`repro.train.reward.shaped_reward`; RL rollouts are the training ones)"),
     S("schedule", "tasks per step", "16", "train:66", "rl.tasks_per_step", 16),
     S("schedule", "samples per task (GRPO n)", "8", "train:75", "rl.samples_per_task", 8),
@@ -135,6 +136,14 @@ SETTINGS: tuple[Setting, ...] = (
     S("advantage", "epsilon", "1e-6", "algos:271", "samples.eps", 1e-6),
     S("advantage", "level", "one advantage per rollout, shared by its rows", "aglcfg:10", "trainer.weighting",
       "rollout"),
+    S("advantage", "computed", "after the rows are trimmed", "agltrain:594-606",
+      ours="before the plan trims rows (`repro.samples`)",
+      why="trimming drops same-reward groups first, whose advantages are 0 either way; only a random drop from a "
+          "mixed group (when too few same-reward rows remain) would change that group's statistics upstream"),
+    S("update", "loss normaliser", "`per_rollout_mean`: a row's tokens over its rollout's tokens x the step's rows",
+      "aglcfg:39, perloss:16-41", ours="a rollout's per-token mean (row weights), over the planned rollouts",
+      why="a factor per step (rows / rollouts); here a rollout counts once however many rows its prefix breaks "
+          "made"),
     S("update", "learning rate", "1e-6", "train:103", "trainer.learning_rate", 1e-6),
     S("update", "schedule", "constant, no warm-up", "optim:15, optim:39",
       ours="constant (the RL trainer has no scheduler)"),
@@ -146,11 +155,11 @@ SETTINGS: tuple[Setting, ...] = (
     S("update", "dual-clip c", "3.0", "actor:79", "trainer.clip_ratio_c", 3.0),
     S("update", "KL term, entropy bonus", "none, 0", "train:104-106",
       ours="none (the objective has neither)"),
-    S("update", "PPO mini-batch (rows)", "16 tasks x n 8 = 128", "train:100, agltrain:499",
+    S("update", "PPO mini-batch (rows)", "16 tasks x n 8 = 128", "train:100, train:75, agltrain:499",
       "trainer.ppo_mini_batch_rows", 128),
     S("update", "updates per step (cap)", "2; rows trimmed to a multiple of 128, same-reward groups first",
-      "train:147, agltrain:500-527", "trainer.max_ppo_updates", 2),
-    S("update", "old logprobs", "recomputed by the trainer", "agltrain:557-563", "trainer.old_logprobs",
+      "train:147, agltrain:499-534", "trainer.max_ppo_updates", 2),
+    S("update", "old logprobs", "recomputed by the trainer", "agltrain:558-563", "trainer.old_logprobs",
       "recompute"),
 )
 

@@ -35,11 +35,25 @@ def test_the_recipe_values(cfg) -> None:
     assert cfg.tasks.source == "princeton-nlp/SWE-bench_Verified"
 
 
+def test_agent_lightnings_update_rule_rows_and_schedule(cfg) -> None:
+    trainer = cfg.trainer
+    assert (trainer.ppo_mini_batch_rows, trainer.max_ppo_updates, trainer.old_logprobs) == (128, 2, "recompute")
+    assert (trainer.clip_ratio_c, trainer.weight_decay, list(trainer.adam_betas)) == (3.0, 0.01, [0.9, 0.999])
+    samples = cfg.samples
+    assert (samples.std_ddof, samples.eps, samples.failed_reward) == (1, 1e-6, 0.0)
+    assert (samples.max_prompt_tokens, samples.max_response_tokens) == (65536, 65536)
+    assert (cfg.sandbox.test_timeout_s, cfg.sandbox.command_timeout_s, cfg.harness.command_timeout_s) == (600, 120, 120)
+    assert cfg.sandbox.scrub_history is True
+    assert cfg.rl.reshuffle_each_epoch is True and cfg.validation.before_first_step is True
+
+
 def test_the_configs_instantiate(cfg) -> None:
     rl = instantiate(cfg.rl, _convert_="all")
     assert rl.reward.shaped and rl.checkpoint_every == 16
     trainer = instantiate(cfg.trainer, _convert_="all")
     assert trainer.device == "cuda" and trainer.bf16 and trainer.gradient_checkpointing
+    samples = instantiate(cfg.samples, _convert_="all")
+    assert samples.std_ddof == 1 and samples.max_prompt_tokens == 65536
 
 
 @pytest.mark.parametrize(("n_tasks", "steps"), [(6000, 1000), (2000, 500), (10, 3)])
