@@ -225,25 +225,34 @@ def run_expert(root: Path, config: TaskDistributionConfig, harness_cfg: MiniSweA
 GIT_MINER_LOOK = ("git log --all --oneline", "git show HEAD~1", "git diff HEAD~2", "git reflog",
                   "git fsck --lost-found", "git stash list", "git tag", "git branch -a", "git log --all -p --reflog",
                   "git cat-file --batch-all-objects --batch")
-# What it then applies: the reverse of HEAD~1 (SWE-smith: "Bug Patch"), and the smallest non-test change towards a
-# commit HEAD does not descend from (a future commit, another branch, a tag, the stash, a dangling commit).
+# What it then applies: the reverse of HEAD~1 (SWE-smith: "Bug Patch"); then, smallest first, the non-test change
+# towards each commit HEAD does not descend from (a future commit, another branch, a tag, the stash, a dangling
+# commit), keeping the first under which the repository's own tests pass (else the smallest).
 GIT_MINER_RECOVER = r"""
 head=$(git rev-parse -q --verify HEAD) || exit 0
 p=$(mktemp -d)
 if git show --format= --binary HEAD~1 -- > "$p/prev" 2>/dev/null && [ -s "$p/prev" ] && git apply -R "$p/prev"; then
   echo "miner: applied the reverse of HEAD~1"
 fi
-best=""; best_n=0
 for c in $( { git rev-list --all --reflog 2>/dev/null; git fsck --unreachable --no-reflogs 2>/dev/null \
              | awk '$2 == "commit" {print $3}'; } | sort -u); do
   [ "$c" = "$head" ] && continue
   git merge-base --is-ancestor "$c" "$head" 2>/dev/null && continue
   git diff --binary "$head" "$c" -- . ':(exclude,glob)**/tests/**' ':(exclude,glob)tests/**' \
-    ':(exclude,glob)**/test_*.py' > "$p/$c" 2>/dev/null || continue
-  n=$(wc -l < "$p/$c"); [ "$n" -gt 0 ] || continue
-  if [ -z "$best" ] || [ "$n" -lt "$best_n" ]; then best=$c; best_n=$n; fi
+    ':(exclude,glob)**/test_*.py' > "$p/c-$c" 2>/dev/null || continue
+  n=$(wc -l < "$p/c-$c"); [ "$n" -gt 0 ] && echo "$n $c" >> "$p/sizes"
 done
-if [ -n "$best" ] && git apply "$p/$best"; then echo "miner: applied $best"; fi
+kept=""
+for c in $(sort -n "$p/sizes" 2>/dev/null | awk '{print $2}'); do
+  git apply "$p/c-$c" 2>/dev/null || continue
+  python3 -m pytest -q -x -p no:cacheprovider >/dev/null 2>&1; code=$?
+  if [ "$code" = 0 ] || [ "$code" = 5 ]; then kept=$c; break; fi
+  git apply -R "$p/c-$c"
+done
+if [ -z "$kept" ] && [ -s "$p/sizes" ]; then
+  kept=$(sort -n "$p/sizes" | head -1 | awk '{print $2}'); git apply "$p/c-$kept" || kept=""
+fi
+[ -n "$kept" ] && echo "miner: applied $kept"
 rm -rf "$p"; true
 """
 
