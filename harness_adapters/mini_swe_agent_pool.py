@@ -225,6 +225,7 @@ class MiniSweAgentHarness:
             "timeout_s": rollout.timeout_s,
             "diff_command": rollout.container.diff_command if rollout.container is not None else None,
             "startup_command": rollout.container.startup_command if rollout.container is not None else "",
+            "startup_timeout_s": rollout.container.startup_timeout_s if rollout.container is not None else None,
         }
 
     def _abort(self) -> None:

@@ -112,6 +112,8 @@ def container_overlay(container: ContainerSpec, swebench_block: Mapping[str, Any
     environment = {**swebench_block, "environment_class": "docker", "image": container.image, "cwd": container.cwd,
                    "run_args": ["--rm", *container.run_args], "timeout": int(container.command_timeout_s)}
     run = {"env_startup_command": container.startup_command} if container.startup_command else {}
+    if container.startup_command and container.startup_timeout_s:
+        run["env_startup_timeout"] = int(container.startup_timeout_s)  # read by mini_swe_agent_v1_docker.py
     return {"environment": environment, "run": run}
 
 

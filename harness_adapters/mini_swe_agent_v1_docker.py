@@ -8,7 +8,8 @@ instead, with the instance given as JSON rather than loaded from a hub dataset:
 1. what that runner's ``get_sb_environment(config, instance)`` does, step for step (its module imports
    ``datasets`` at import time for the dataset loader, which the pinned 1.x environment does not carry): mini's
    ``get_environment`` builds its ``DockerEnvironment`` from the config's ``environment`` block with the image
-   ``instance["image_name"]``, then ``run.env_startup_command`` runs through ``env.execute``, a failure raising;
+   ``instance["image_name"]``, then ``run.env_startup_command`` runs through ``env.execute`` (bounded by
+   ``run.env_startup_timeout`` when set: this file's addition), a failure raising;
 2. ``InteractiveAgent(get_model(model_name, config["model"]), env, mode="yolo", **config["agent"])`` with
    ``confirm_exit`` off (``--exit-immediately``) runs ``instance["problem_statement"]``;
 3. ``save_traj`` writes the trajectory, as both of mini's runners do;
@@ -59,7 +60,7 @@ def main(request_path: str) -> None:
     try:
         env = get_environment({**config["environment"], "image": instance["image_name"]})
         if startup := config.get("run", {}).get("env_startup_command"):
-            output = env.execute(startup)
+            output = env.execute(startup, timeout=config["run"].get("env_startup_timeout"))
             if output["returncode"] != 0:
                 raise RuntimeError(f"Error executing startup command: {output}")
         agent = InteractiveAgent(get_model(request["model_name"], config.get("model", {})), env,

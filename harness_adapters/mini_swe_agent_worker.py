@@ -210,7 +210,8 @@ class Worker:
             try:
                 agent, task = build_agent(self._mini, rollout.config_files, rollout.cli)
                 rollout.agent = agent
-                run_startup_command(agent.env, rollout.request.get("startup_command") or "")
+                run_startup_command(agent.env, rollout.request.get("startup_command") or "",
+                                    rollout.request.get("startup_timeout_s"))
                 agent.run(task)
             finally:
                 self._router.bind(None)
@@ -271,12 +272,13 @@ def stop_rollout(rollout: Rollout) -> None:
     kill_commands_under(rollout.request.get("workdir", ""))
 
 
-def run_startup_command(env: Any, command: str) -> None:
+def run_startup_command(env: Any, command: str, timeout_s: float | None = None) -> None:
     """The container's start-up command before the agent's first step, as mini's SWE-bench runner runs its
-    ``run.env_startup_command`` (``get_sb_environment``): through the environment, a failure raises."""
+    ``run.env_startup_command`` (``get_sb_environment``): through the environment (bounded by ``timeout_s``, else
+    by the environment's command timeout), a failure raises."""
     if not command:
         return
-    output = env.execute({"command": command})
+    output = env.execute({"command": command}, timeout=int(timeout_s) if timeout_s else None)
     if output.get("returncode") != 0:
         raise RuntimeError(f"Error executing startup command: {output}")
 

@@ -50,8 +50,9 @@ class Sandbox(Protocol):
 class ContainerSpec:
     """Where a harness acts when the sandbox is a container engine: the harness starts one container from
     ``image`` with ``run_args`` (limits, network off, the run's labels) through its own environment class, works in
-    ``cwd``, runs ``startup_command`` (if any) before the agent starts, as its SWE-bench runner does, and before
-    removing it prints the rollout's patch with ``diff_command``."""
+    ``cwd``, runs ``startup_command`` (if any; bounded by ``startup_timeout_s``, else by the command timeout) before
+    the agent starts, as its SWE-bench runner does, and before removing it prints the rollout's patch with
+    ``diff_command``."""
 
     image: str
     cwd: str
@@ -59,6 +60,7 @@ class ContainerSpec:
     diff_command: str
     command_timeout_s: float = 60.0
     startup_command: str = ""
+    startup_timeout_s: float | None = None
 
 
 @dataclass

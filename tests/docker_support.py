@@ -227,3 +227,40 @@ def swesmith_layout_row(engine: Any, task: Task, number: int, namespace: str = "
            "PASS_TO_PASS": task.PASS_TO_PASS, "image_name": image_name, "repo": f"swesmith/{owner}__{name}.{commit8}",
            "problem_statement": task.problem_statement}
     return row_to_task(row, f"swesmith fixture {number}")
+
+
+def leaky_swebench_row(engine: Any, task: Task, number: int) -> Task:
+    """A SWE-bench-schema row whose image's ``/testbed`` holds the fix as a future commit: ``main`` runs past the
+    base commit to a commit with ``test_patch`` and the gold patch in, tagged ``v-fixed``, on branch ``hotfix`` too,
+    and HEAD is on a branch at the base commit (as an image built without scrubbing would have it)."""
+    from repro.sandbox.images import base_image_name, swebench_image_name, tar_dir
+    from repro.sandbox.local import LocalSandboxConfig
+
+    row = dataclasses.replace(task, instance_id=f"pallets__flask-{95000 + number}", repo_path=None,
+                              **SWEBENCH_LIKE, extra={"fixture": "SWE-bench row whose image holds the fix"})
+    local = LocalSandbox(LocalSandboxConfig())
+    workspace = local.workspace(task, f"leaky-layout-{number}")
+    repo = workspace.path
+    try:
+        _git(repo, "checkout", "-q", "-b", "main")
+        base = _git(repo, "rev-parse", "HEAD").strip()
+        for patch in (task.test_patch, task.patch):
+            if patch.strip():
+                assert not apply_patch(repo, patch), f"{task.instance_id}: fixture patch does not apply"
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", "Fix the bug")
+        _git(repo, "tag", "v-fixed")
+        _git(repo, "branch", "hotfix")
+        _git(repo, "checkout", "-q", "-b", "work", base)
+        container = engine.containers.create(base_image_name(), command=["true"], network_mode="none")
+        try:
+            container.put_archive("/", tar_dir(repo, "testbed"))
+            container.put_archive("/", _layout_files())
+            repository, tag = swebench_image_name(row.instance_id, "swebench", "latest").rsplit(":", 1)
+            container.commit(repository, tag, changes=["WORKDIR /testbed"])
+        finally:
+            container.remove(force=True)
+    finally:
+        workspace.cleanup()
+        local.close()
+    return dataclasses.replace(row, base_commit=base)

@@ -217,3 +217,88 @@ def run_expert(root: Path, config: TaskDistributionConfig, harness_cfg: MiniSweA
             while_up(sandbox)
     return {"tasks": tasks, "results": results, "grades": grades, "workspaces": workspaces,
             "store": root / "traces.sqlite", "model_dir": model_dir}
+
+
+# -- the git miner: an agent that looks for the fix in the repository's history ------------------------------------
+
+# What it prints: every place git keeps history, past states and other lines of work.
+GIT_MINER_LOOK = ("git log --all --oneline", "git show HEAD~1", "git diff HEAD~2", "git reflog",
+                  "git fsck --lost-found", "git stash list", "git tag", "git branch -a", "git log --all -p --reflog",
+                  "git cat-file --batch-all-objects --batch")
+# What it then applies: the reverse of HEAD~1 (SWE-smith: "Bug Patch"); then, smallest first, the non-test change
+# towards each commit HEAD does not descend from (a future commit, another branch, a tag, the stash, a dangling
+# commit), keeping the first under which the repository's own tests pass (else the smallest).
+GIT_MINER_RECOVER = r"""
+head=$(git rev-parse -q --verify HEAD) || exit 0
+p=$(mktemp -d)
+if git show --format= --binary HEAD~1 -- > "$p/prev" 2>/dev/null && [ -s "$p/prev" ] && git apply -R "$p/prev"; then
+  echo "miner: applied the reverse of HEAD~1"
+fi
+for c in $( { git rev-list --all --reflog 2>/dev/null; git fsck --unreachable --no-reflogs 2>/dev/null \
+             | awk '$2 == "commit" {print $3}'; } | sort -u); do
+  [ "$c" = "$head" ] && continue
+  git merge-base --is-ancestor "$c" "$head" 2>/dev/null && continue
+  git diff --binary "$head" "$c" -- . ':(exclude,glob)**/tests/**' ':(exclude,glob)tests/**' \
+    ':(exclude,glob)**/test_*.py' > "$p/c-$c" 2>/dev/null || continue
+  n=$(wc -l < "$p/c-$c"); [ "$n" -gt 0 ] && echo "$n $c" >> "$p/sizes"
+done
+kept=""
+for c in $(sort -n "$p/sizes" 2>/dev/null | awk '{print $2}'); do
+  git apply "$p/c-$c" 2>/dev/null || continue
+  python3 -m pytest -q -x -p no:cacheprovider >/dev/null 2>&1; code=$?
+  if [ "$code" = 0 ] || [ "$code" = 5 ]; then kept=$c; break; fi
+  git apply -R "$p/c-$c"
+done
+if [ -z "$kept" ] && [ -s "$p/sizes" ]; then
+  kept=$(sort -n "$p/sizes" | head -1 | awk '{print $2}'); git apply "$p/c-$kept" || kept=""
+fi
+[ -n "$kept" ] && echo "miner: applied $kept"
+rm -rf "$p"; true
+"""
+
+
+def mine_git(run: Callable[[str], str]) -> str:
+    """The git miner's session through ``run`` (a command -> its output): the look-ups, then the recovery; the
+    whole transcript."""
+    parts = [f"$ {command}\n{run(command)}" for command in GIT_MINER_LOOK]
+    return "\n".join([*parts, f"$ recover\n{run(GIT_MINER_RECOVER)}"])
+
+
+def leaked_lines(gold: str, transcript: str, start_tree: str) -> set[str]:
+    """Lines the gold patch adds (stripped; those already in the starting tree's files left out) that appear as a
+    line of ``transcript`` (diff markers and indentation ignored)."""
+    known = {line.strip() for line in start_tree.splitlines()}
+    added = {line[1:].strip() for line in gold.splitlines() if line.startswith("+") and not line.startswith("+++")}
+    shown = {line.strip().lstrip("+- ").strip() for line in transcript.splitlines()} | \
+        {line.strip() for line in transcript.splitlines()}
+    return {line for line in added - known if line} & shown
+
+
+def tree_text(path: Path) -> str:
+    """Every tracked-looking text file under ``path`` (``.git`` left out), concatenated."""
+    files = sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.relative_to(path).parts)
+    return "\n".join(p.read_text(errors="replace") for p in files)
+
+
+def raw_clone(source: Path, commit: str, dest: Path) -> None:
+    """A clone of ``source`` with every one of its refs (``--mirror``), checked out at ``commit``: what an agent
+    would get from an image made without a scrub."""
+    git(["clone", "-q", "--mirror", str(source), str(dest / ".git")], dest.parent)
+    git(["config", "core.bare", "false"], dest)
+    git(["checkout", "-q", "-f", commit], dest)
+
+
+def make_leaky_calc_repo(path: Path) -> tuple[Task, Path]:
+    """``calc`` whose history holds the fix as a future commit on ``main``, a tag at it, a branch and a stash of
+    it; the task (``repo_path`` set) at the base commit before the fix."""
+    base, with_test, gold, test_patch = make_calc_repo(path)
+    git(["checkout", "-q", "main"], path)
+    git(["merge", "-q", "--no-edit", "fix"], path)  # main now runs past the task's base commit
+    git(["tag", "v1.1", "fix"], path)
+    git(["branch", "hotfix", "fix"], path)
+    git(["checkout", "-q", base], path)
+    (path / "calc.py").write_text(CALC.replace("a - b", "a + b"))
+    git(["stash", "-q"], path)
+    task = calc_task(path.parent, base, with_test, gold, test_patch)
+    task.repo_path = str(path)
+    return task, path

@@ -5,6 +5,10 @@ sandbox) is copied in and applied with the first of swebench's ``GIT_APPLY_CMDS`
 (:mod:`repro.sandbox.eval_script`) runs under a wall-clock bound and its log is parsed; the verdict rule is the
 local sandbox's (:func:`repro.sandbox.grading.decide`). Faults of the container itself (OOM, an engine call that
 fails, a missing image) are infrastructure errors, never an unresolved task.
+
+A rollout's container has its git history replaced before the agent starts (``scrub_history``,
+:mod:`repro.sandbox.history`): one root commit of the tree it was given, kept under ``refs/repro/base``, which the
+rollout's patch is taken against. Grading containers keep the image's history (the eval script needs it).
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from repro.sandbox import docker_engine as engine_api
 from repro.sandbox.docker_engine import ContainerLimits, ExecResult, exec_bounded, put_file, run_labels
 from repro.sandbox.eval_script import GRADING_ENV, eval_spec, test_exit_code
 from repro.sandbox.grading import LOG_TAIL_CHARS, added_hook_files, decide, protected_paths
+from repro.sandbox.history import BASE_REF, scrub_command
 from repro.sandbox.images import BUNDLED_NAMESPACE, TaskImage, require_task_image, swebench_image_name
 from repro.sandbox.pytest_runner import TestRun
 from repro.sandbox.repos import RepoResolver
 from repro.tasks.materialize import REPO_OWNER
 from repro.tasks.schema import Task
-from repro.tasks.swesmith import startup_command
+from repro.tasks.swesmith import is_swesmith, startup_command
 
 PATCH_PATH = "/tmp/patch.diff"
 EVAL_PATH = "/eval.sh"
@@ -47,6 +52,8 @@ class DockerSandboxConfig:
     limits: ContainerLimits = field(default_factory=ContainerLimits)
     test_timeout_s: float = 300.0  # wall-clock bound of one eval script
     command_timeout_s: float = 60.0  # wall-clock bound of one command in a rollout's container
+    scrub_history: bool = True  # the agent's repository: one root commit of its tree, no other history (history.py)
+    setup_timeout_s: float = 300.0  # wall-clock bound of a rollout container's set-up (checkout + history scrub)
     run_id: str = ""  # labels containers; "" = a fresh id per sandbox
 
 
@@ -154,24 +161,44 @@ class DockerSandbox:
                                           labels=self._labels(role, rollout_id), working_dir="/testbed",
                                           **self.config.limits.sdk_kwargs())
 
+    def setup_command(self, task: Task) -> str:
+        """What runs in a rollout's container before the agent starts: the SWE-smith checkout, then (with
+        ``scrub_history``) the history scrub; "" when nothing has to."""
+        checkout = startup_command(task)
+        if not self.config.scrub_history:
+            return checkout
+        scrub = scrub_command("main" if is_swesmith(task) else None)  # the instance branch's name tells the bug
+        return f"{checkout} || exit 1\n{scrub}" if checkout else scrub
+
+    def _diff_base(self, image: TaskImage) -> str:
+        return BASE_REF if self.config.scrub_history else image.base_commit
+
     def workspace(self, task: Task, rollout_id: str) -> HarnessContainer:
         """Where a harness acts for this rollout: the container spec it starts through its own environment class
-        (the task's image, limits, network off, this run's labels); the patch comes back with its result."""
+        (the task's image, limits, network off, this run's labels, the set-up command); the patch comes back with
+        its result."""
         image = self.image(task)
         labels = self._labels("rollout", rollout_id)
         spec = ContainerSpec(image.name, "/testbed", [*self.config.limits.run_args(), *engine_api.label_args(labels)],
-                             diff_command(image.base_commit), self.config.command_timeout_s, startup_command(task))
+                             diff_command(self._diff_base(image)), self.config.command_timeout_s,
+                             self.setup_command(task), self.config.setup_timeout_s)
         return HarnessContainer(spec, image)
 
     def open_container(self, task: Task, rollout_id: str) -> DockerWorkspace:
-        """A container of the task's image started here (a fresh working tree: the image's), for code that runs
-        commands itself (tests, a trainer-owned loop)."""
+        """A container of the task's image started here (a fresh working tree: the image's, set up as for a
+        harness), for code that runs commands itself (tests, a trainer-owned loop)."""
         image = self.image(task)
         container = self._start(image.name, "rollout", rollout_id)
-        if (command := startup_command(task)) and (started := exec_bounded(container, command, 60)).exit_code:
-            engine_api.remove_quietly([container])
-            raise OSError(f"`{command}` failed in the task's container: {started.output[-500:]}")
-        return DockerWorkspace(container, image, image.base_commit, command_timeout_s=self.config.command_timeout_s)
+        if command := self.setup_command(task):
+            started = exec_bounded(container, command, self.config.setup_timeout_s)
+            if started.exit_code:
+                engine_api.remove_quietly([container])
+                why = f"timed out after {self.config.setup_timeout_s:g} s (sandbox.setup_timeout_s)" \
+                    if started.timed_out else f"exited {started.exit_code}"
+                raise OSError(f"setting up the rollout container of {task.instance_id} ({image.name}) {why}: "
+                              f"{started.output[-500:]}")
+        return DockerWorkspace(container, image, self._diff_base(image),
+                               command_timeout_s=self.config.command_timeout_s)
 
     def grade(self, task: Task, workspace: Workspace) -> GradeResult:
         try:

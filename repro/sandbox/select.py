@@ -47,7 +47,8 @@ def sandbox_spec(config: Any, tasks: list[Task]) -> SandboxSpec:
               flush=True)
     digest = hashlib.sha256(json.dumps(sorted(images.items())).encode()).hexdigest()
     settings = {"images": len(images), "images_missing": len(missing), "images_sha256": digest,
-                "limits": asdict(config.limits), "command_timeout_s": config.command_timeout_s}
+                "limits": asdict(config.limits), "command_timeout_s": config.command_timeout_s,
+                "scrub_history": config.scrub_history}
     return SandboxSpec("docker", config.test_timeout_s, 0.0, config.limits.memory_mb, 0, settings=settings)
 
 
