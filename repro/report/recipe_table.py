@@ -20,8 +20,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 AGL_COMMIT = "c632d8dd804103bd421c65208bc501952689039f"
 VERL_COMMIT = "b178a3cd56f58b2d502255daba591e92833930a7"
-RECIPE = ["experiment=agl_swebench_qwen35_9b", "eval.checkpoint=<Qwen3.5-9B dir>",
-          "train_tasks.source=<train.jsonl>", "val_tasks.source=<val.jsonl>"]
+RECIPE = ["experiment=agl_swebench_qwen35_9b", "eval.checkpoint=QWEN35_9B_DIR",
+          "train_tasks.source=TRAIN.jsonl", "val_tasks.source=VAL.jsonl"]
 OUT = Path("docs/recipe.md")
 SAME = "same"
 
