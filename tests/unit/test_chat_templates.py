@@ -124,6 +124,17 @@ def test_keep_think_renders_a_final_reply_as_qwen3_does(hf: Any) -> None:
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello.<|im_end|>\n"
 
 
+def test_keep_think_renders_reasoning_content_in_past_turns_as_qwen3_does_in_recent_ones(hf: Any) -> None:
+    """A reply given as ``reasoning_content`` + content keeps Qwen3's rendering of it, behind a user message too."""
+    reply = {"role": "assistant", "content": "Hello.", "reasoning_content": "\nGreet back.\n"}
+    chat = [{"role": "user", "content": "Hi"}, reply, {"role": "user", "content": "Again"}]
+    hf.chat_template = qwen3_chat_template("keep_think")
+    assert "<|im_start|>assistant\n<think>\nGreet back.\n</think>\n\nHello.<|im_end|>\n<|im_start|>user\nAgain" in \
+        hf.apply_chat_template(chat, tokenize=False)
+    hf.chat_template = qwen3_chat_template("default")
+    assert "<|im_start|>assistant\nHello.<|im_end|>" in hf.apply_chat_template(chat, tokenize=False)
+
+
 def test_the_transformation_fails_loudly_when_qwen3s_rule_is_missing() -> None:
     template = q3.chat_template()
     assert keep_think_template(template) != template
