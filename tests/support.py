@@ -184,17 +184,21 @@ def _harness(cfg: MiniSweAgentConfig) -> Any:
 
 def run_expert(root: Path, config: TaskDistributionConfig, harness_cfg: MiniSweAgentConfig, sandbox: Any,
                rollout_prefix: str = "expert", while_up: Callable[[Any], None] | None = None,
-               rows: list[Task] | None = None) -> dict:
+               rows: list[Task] | None = None, model_dir: Path | None = None,
+               proxy: ProxyConfig | None = None) -> dict:
     """The expert's rollouts of ``config``'s tasks in ``sandbox``'s workspaces (a container spec, where the
     workspace has one), and their grades; ``while_up(sandbox)`` runs after grading, while the harness is still up.
     ``rows``: other rows of the same tasks (same statements, e.g. in SWE-smith's schema) to run instead; the expert
-    knows a task by its statement."""
+    knows a task by its statement. ``model_dir``: the checkpoint whose tokenizer and chat template the server uses
+    (default: the recipe model); ``proxy``: the proxy's config (default ``ProxyConfig(port=0)``)."""
     expert_tasks = build_distribution(config)
     tasks = rows if rows is not None else expert_tasks
     tasks_jsonl = root / "tasks.jsonl"
     tasks_jsonl.write_text("".join(json.dumps(t.to_row()) + "\n" for t in expert_tasks))
-    model_dir = build_recipe_model(TinyModelConfig(vocab_size=1024, recipe_tokens=True), harness_cfg, expert_tasks)
-    with running_stack(model_dir, CpuServingConfig(), ProxyConfig(port=0), root, expert_tasks=tasks_jsonl) as stack, \
+    if model_dir is None:
+        model_dir = build_recipe_model(TinyModelConfig(vocab_size=1024, recipe_tokens=True), harness_cfg, expert_tasks)
+    proxy = proxy or ProxyConfig(port=0)
+    with running_stack(model_dir, CpuServingConfig(), proxy, root, expert_tasks=tasks_jsonl) as stack, \
             _harness(harness_cfg) as harness:
         rollouts, workspaces = [], []
         for i, task in enumerate(tasks):

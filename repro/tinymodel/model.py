@@ -20,6 +20,8 @@ import transformers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from repro.tinymodel.chat_templates import check_chat_template, qwen3_chat_template
+
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 EOS_TOKEN = "<|im_end|>"
@@ -74,6 +76,13 @@ class TinyModelConfig:
     # > 0: every layer attends to the last sliding_window tokens only (Qwen3's sliding-window attention), so a model
     # fine-tuned on rows cut to that many tokens behaves the same on longer prompts; 0: full attention.
     sliding_window: int = 0
+    # "default": the tokenizer's own chat template; "keep_think" (tokenizer "qwen3" only): Qwen3's with every past
+    # assistant turn keeping its think block as sampled, so each prompt is a token prefix of the next
+    # (repro.tinymodel.chat_templates).
+    chat_template: str = "default"
+
+    def __post_init__(self) -> None:
+        check_chat_template(self.chat_template, self.tokenizer)
 
 
 TOKENIZERS = ("bpe", "qwen3")
@@ -81,13 +90,16 @@ TOKENIZERS = ("bpe", "qwen3")
 
 def config_dict(config: TinyModelConfig) -> dict:
     """The config as built (``recipe_tokens`` is resolved before a build, so it is left out, and so are the default
-    ``tokenizer`` and ``sliding_window``: hashes of configs from before they existed stay the same)."""
+    ``tokenizer``, ``sliding_window`` and ``chat_template``: hashes of configs from before they existed stay the
+    same)."""
     data = asdict(config)
     data.pop("recipe_tokens")
     if data["tokenizer"] == "bpe":
         data.pop("tokenizer")
     if not data["sliding_window"]:
         data.pop("sliding_window")
+    if data["chat_template"] == "default":
+        data.pop("chat_template")
     return data
 
 
@@ -98,13 +110,16 @@ def chat_template() -> str:
 
 def inputs_sha256(config: TinyModelConfig, corpus: list[str]) -> str:
     """sha256 over the config, the corpus texts, the default corpus and the chat template (for ``tokenizer="qwen3"``
-    also the Qwen3 tokenizer's cache key: package version and its template)."""
+    also the Qwen3 tokenizer's cache key: package version and its template; for another ``chat_template`` also the
+    template written)."""
     digest = hashlib.sha256()
     digest.update(json.dumps(config_dict(config), sort_keys=True).encode())
     if config.tokenizer == "qwen3":
         from repro.tinymodel.qwen3_tokenizer import cache_key
 
         digest.update(cache_key().encode())
+    if config.chat_template != "default":
+        digest.update(qwen3_chat_template(config.chat_template).encode("utf-8"))
     for text in (*DEFAULT_CORPUS, *corpus, chat_template()):
         digest.update(hashlib.sha256(text.encode("utf-8")).digest())
     return digest.hexdigest()
@@ -145,15 +160,19 @@ def wrap_tokenizer(tok: Tokenizer, max_length: int) -> PreTrainedTokenizerFast:
 
 
 def make_tokenizer(config: TinyModelConfig, corpus: list[str]) -> PreTrainedTokenizerFast:
-    """The checkpoint's tokenizer: the trained BPE, or Qwen3's (built once into the cache)."""
+    """The checkpoint's tokenizer: the trained BPE, or Qwen3's (built once into the cache) with the chat template
+    ``config.chat_template``."""
     if config.tokenizer not in TOKENIZERS:
         raise ValueError(f"tokenizer must be one of {TOKENIZERS}, got {config.tokenizer!r}")
+    check_chat_template(config.chat_template, config.tokenizer)
     if config.tokenizer == "bpe":
         return wrap_tokenizer(train_tokenizer(config, corpus), config.max_position_embeddings)
     from repro.tinymodel.qwen3_tokenizer import qwen3_tokenizer_dir
 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(qwen3_tokenizer_dir())
     tokenizer.model_max_length = config.max_position_embeddings
+    if config.chat_template != "default":
+        tokenizer.chat_template = qwen3_chat_template(config.chat_template)
     return tokenizer
 
 

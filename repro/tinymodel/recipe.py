@@ -63,19 +63,28 @@ def build_recipe_model(model: TinyModelConfig, harness: Any, tasks: list[Any], p
     return path
 
 
+def model_key(config: TinyModelConfig, corpus: list[str]) -> str:
+    """The cache key of a resolved ``config`` and ``corpus``: a hash of the built config, the corpus and, for the Qwen3
+    tokenizer, its cache key (and the rewritten chat template, for another ``chat_template`` than the default)."""
+    parts: list[Any] = [config_dict(config), corpus]
+    if config.tokenizer == "qwen3":  # a new quicktok-v1 or Qwen3 template gives a new checkpoint
+        from repro.tinymodel.qwen3_tokenizer import cache_key
+
+        parts.append(cache_key())
+    if config.chat_template != "default":  # a change to the rewritten template gives a new checkpoint
+        from repro.tinymodel.chat_templates import qwen3_chat_template
+
+        parts.append(hashlib.sha256(qwen3_chat_template(config.chat_template).encode()).hexdigest())
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def tiny_model(config: TinyModelConfig, corpus: list[str], harness: Any = None) -> tuple[Path, bool]:
     """The tiny checkpoint for (config, corpus), built once and cached by a hash of both; (dir, was_cached).
 
     ``harness`` (its config) is needed when ``config.recipe_tokens`` is set, see
     :func:`resolve_model_config`."""
     config = resolve_model_config(config, harness)
-    parts: list[Any] = [config_dict(config), corpus]
-    if config.tokenizer == "qwen3":  # a new quicktok-v1 or Qwen3 template gives a new checkpoint
-        from repro.tinymodel.qwen3_tokenizer import cache_key
-
-        parts.append(cache_key())
-    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
-    out = cache_dir() / "models" / f"tiny-{key}"
+    out = cache_dir() / "models" / f"tiny-{model_key(config, corpus)}"
     if (out / "repro_model.json").exists():
         return out, True
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
