@@ -39,6 +39,7 @@ FILES = {
     "data": ("verl", "verl/trainer/config/data/legacy_data.yaml"),
     "algos": ("verl", "verl/trainer/ppo/core_algos.py"),
     "perloss": ("agl", "agentlightning/verl/per_rollout_loss.py"),
+    "jinja": ("agl", "examples/swe_smith/swe_smith_chat_template.jinja"),
 }
 REPOS = {"agl": ("microsoft/agent-lightning", AGL_COMMIT), "verl": ("volcengine/verl", VERL_COMMIT)}
 
@@ -71,7 +72,7 @@ SETTINGS: tuple[Setting, ...] = (
     S("model", "thinking", "off (`enable_thinking: False` on every call)", "agent:829",
       "rl.extra_sampling.chat_template_kwargs.enable_thinking", False),
     S("model", "chat template", "swe_smith_chat_template.jinja: keeps `<think>\\n\\n</think>\\n\\n` in past turns",
-      "train:87", ours="the checkpoint's own template (the tiny model's `model.chat_template=keep_think` is the "
+      "train:87, jinja:29-31", ours="the checkpoint's own template (the tiny model's `model.chat_template=keep_think` is the "
       "same change; for a released checkpoint pass vLLM's `--chat-template` in `serving.extra_args`)",
       why="mini-SWE-agent's prompts are rendered by the served template; a prefix break there splits a rollout "
           "into rows (`samples.mode=prefix_merge`), it does not change the rewards"),
