@@ -72,8 +72,9 @@ SETTINGS: tuple[Setting, ...] = (
     S("model", "thinking", "off (`enable_thinking: False` on every call)", "agent:829",
       "rl.extra_sampling.chat_template_kwargs.enable_thinking", False),
     S("model", "chat template", "swe_smith_chat_template.jinja: keeps `<think>\\n\\n</think>\\n\\n` in past turns",
-      "train:87, jinja:29-31", ours="the checkpoint's own template (the tiny model's `model.chat_template=keep_think` is the "
-      "same change; for a released checkpoint pass vLLM's `--chat-template` in `serving.extra_args`)",
+      "train:87, jinja:29-31",
+      ours="the checkpoint's own template (the tiny model's `model.chat_template=keep_think` is the same change; "
+           "for a released checkpoint pass vLLM's `--chat-template` in `serving.extra_args`)",
       why="mini-SWE-agent's prompts are rendered by the served template; a prefix break there splits a rollout "
           "into rows (`samples.mode=prefix_merge`), it does not change the rewards"),
     S("model", "tool-call parser", "hermes", "train:86", "serving.tool_call_parser", "hermes",
@@ -93,7 +94,8 @@ SETTINGS: tuple[Setting, ...] = (
     S("agent", "git", ".git moved out of the tree, git commands refused", "agent:26-29, agent:42-46",
       "sandbox.scrub_history", True,
       note="git still works, on one root commit of the start state: no other history, refs, reflog, remotes or "
-           "objects (`repro.sandbox.history`); a git-mining agent recovers nothing (tests/docker/test_docker_git_leak.py)"),
+           "objects (`repro.sandbox.history`); a git-mining agent recovers nothing "
+           "(tests/docker/test_docker_git_leak.py)"),
     S("agent", "network", "refused by a command filter and an egress policy", "agent:48-50",
       "sandbox.limits.network", "none"),
     S("agent", "pip and test-file edits", "refused by the command filter", "agent:254-295",
@@ -195,8 +197,8 @@ def package_side(setting: Setting, cfg: DictConfig) -> tuple[str, str]:
     if ours is missing:
         raise KeyError(f"recipe table: {setting.name!r} names {setting.key}, which the composed recipe lacks")
     ours = plain(ours)
-    same = ours == setting.value and type(ours) is type(setting.value) or (
-        isinstance(ours, int | float) and not isinstance(ours, bool) and ours == setting.value)
+    numeric = isinstance(ours, int | float) and not isinstance(ours, bool)
+    same = ours == setting.value and (type(ours) is type(setting.value) or numeric)
     if same and setting.why:
         raise ValueError(f"recipe table: {setting.key} = {ours!r} matches Agent Lightning, but the row gives a "
                          f"reason it differs ({setting.why!r}): drop the reason")
