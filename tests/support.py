@@ -38,6 +38,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # -- the proxy ------------------------------------------------------------------------------------------------
 
 
+
+@dataclass
+class FakeRow:
+    """A training row as the trainer reads it (``repro.train.rl.TrainingRow``), for trainer unit tests."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    old_logprobs: list[float] = field(default_factory=list)
+    weight: float = 1.0
+    advantage: float = 1.0
+
 @dataclass
 class RunningProxy:
     url: str

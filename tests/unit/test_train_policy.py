@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -11,15 +10,7 @@ import torch
 
 from repro.train.config import RlConfig
 from repro.train.rl import OffPolicyError, PolicyTrainer, check_rows, clipped_policy_loss, pad_rows, token_logprobs
-
-
-@dataclass
-class FakeRow:
-    input_ids: list[int]
-    loss_mask: list[int]
-    old_logprobs: list[float] = field(default_factory=list)
-    weight: float = 1.0
-    advantage: float = 1.0
+from tests.support import FakeRow
 
 
 def _rows_with_logprobs(model_dir: Path, rows: list[FakeRow]) -> list[FakeRow]:

@@ -4,7 +4,6 @@ PPO mini-batch, old logprobs recorded or recomputed by the trainer, the recorded
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -13,17 +12,9 @@ import torch
 from repro.jobs.rl_loop import step_diagnostics
 from repro.train.config import RlConfig
 from repro.train.rl import OffPolicyError, PolicyTrainer, clipped_policy_loss, pad_rows, token_logprobs
+from tests.support import FakeRow
 
 SHIFT = 0.05  # nats added to every recorded sampling logprob
-
-
-@dataclass
-class FakeRow:
-    input_ids: list[int]
-    loss_mask: list[int]
-    old_logprobs: list[float] = field(default_factory=list)
-    weight: float = 1.0
-    advantage: float = 1.0
 
 
 def on_policy_rows(model_dir: Path, n: int, shift: float = 0.0) -> list[FakeRow]:
