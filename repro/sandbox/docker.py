@@ -124,8 +124,11 @@ class HarnessContainer:
 
 
 def diff_command(base_commit: str) -> str:
-    """A shell command printing the working tree's patch against ``base_commit`` (private index copy)."""
-    return ("set -e; export GIT_INDEX_FILE=$(mktemp); cp .git/index \"$GIT_INDEX_FILE\" 2>/dev/null || true; "
+    """A shell command printing the working tree's patch against ``base_commit``, new files included. It stages into
+    a private index read from ``base_commit`` itself, which holds no stat data, so every file is hashed: a copy of the
+    agent's index (its stat cache) once let an edit within the same timestamp as the checkout go unseen."""
+    return ("set -e; export GIT_INDEX_FILE=$(mktemp); "
+            f"git read-tree {base_commit} >/dev/null 2>&1; "
             "git add -A >/dev/null 2>&1; git diff --cached --binary --no-color --no-ext-diff --no-textconv "
             f"--no-renames {base_commit} 2>/dev/null; rm -f \"$GIT_INDEX_FILE\"")
 

@@ -131,7 +131,8 @@ def _grade_in_copy(task: Task, patch: str, copy: Path, config: LocalSandboxConfi
         return GradeResult("unresolved", "patch does not apply", log_tail=problem[-LOG_TAIL_CHARS:])
     try:
         python = grading_python(config.python)
-        run = run_pytest(copy, graded_tests(task), config.test_timeout_s, config.limits, python)
+        run = run_pytest(copy, graded_tests(task), config.test_timeout_s, config.limits, python,
+                         config.fork_pytest)
     except OSError as exc:
         return GradeResult("error", f"could not start the grading interpreter {config.python}: {exc}")
     result = decide(task, run, config.limits.cpu_s)

@@ -32,6 +32,7 @@ class LocalSandboxConfig:
     limits: ResourceLimits = field(default_factory=ResourceLimits)  # rlimits for commands and graded tests
     keep_workspaces: bool = False  # debugging: cleanup() and grading leave their directories behind
     python: str | None = None  # interpreter that runs the graded tests (None: the pinned grading env, see grading_env)
+    fork_pytest: bool = True  # graded runs forked from a warm pytest server (pytest_server.py): same run, less CPU
 
 
 @dataclass

@@ -7,6 +7,7 @@ ignores that line. :func:`parse_statuses` marks a test with any failed sub-test 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import tempfile
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.sandbox.limits import ResourceLimits, clean_env, run_limited
+from repro.sandbox.pytest_server import POOL, ServerGone
 
 # Like `python -m pytest`, but pytest is imported before the working copy goes first on sys.path: otherwise a
 # patch that adds a `pytest.py` would replace the test runner (SWE-bench's `pytest` script is not exposed either).
@@ -49,12 +51,19 @@ def parse_statuses(log: str) -> dict[str, str]:
 
 
 def run_pytest(repo_dir: Path, test_ids: list[str], timeout_s: float = 120.0,
-               limits: ResourceLimits | None = None, python: str = sys.executable) -> TestRun:
+               limits: ResourceLimits | None = None, python: str = sys.executable, forked: bool = False) -> TestRun:
     """``pytest -rA <test_ids>`` with ``python`` in ``repo_dir`` (clean env, rlimits, timeout); statuses parsed
-    from the ``-rA`` summary by ``swebench.harness.log_parsers.parse_log_pytest``."""
-    cmd = [python, "-c", PYTEST_MAIN, "-rA", "-p", "no:cacheprovider", "-o", "addopts=", "--no-header", "-q",
-           "--tb=short", *test_ids]
+    from the ``-rA`` summary by ``swebench.harness.log_parsers.parse_log_pytest``. ``forked``: the run is forked
+    from a warm pytest server of ``python`` (:mod:`repro.sandbox.pytest_server`; a fresh process if it fails)."""
+    args = ["-rA", "-p", "no:cacheprovider", "-o", "addopts=", "--no-header", "-q", "--tb=short", *test_ids]
+    limits = limits or ResourceLimits()
     with tempfile.TemporaryDirectory(prefix="repro-home-") as home:
-        result = run_limited(cmd, repo_dir, clean_env(Path(home)), timeout_s, limits or ResourceLimits())
+        result = None
+        if forked:
+            with contextlib.suppress(ServerGone):
+                result = POOL.run(python, args, repo_dir, clean_env(Path(home)), timeout_s, limits)
+        if result is None:
+            result = run_limited([python, "-c", PYTEST_MAIN, *args], repo_dir, clean_env(Path(home)), timeout_s,
+                                 limits)
     statuses = {} if result.timed_out else parse_statuses(result.output)
     return TestRun(statuses, result.exit_code, result.timed_out, result.duration_s, result.output, timeout_s)

@@ -179,14 +179,15 @@ def make_agent_copy(repo: SourceRepo, commit: str, dest: Path) -> str:
 def diff_against(work: Path, commit: str) -> str:
     """The working tree of ``work`` against ``commit`` as a binary-safe patch that ``git apply`` accepts.
 
-    New (untracked, not ignored) files are included; renames are written as delete + add. A private copy of the
-    index is used, so the agent's own index is left as it was.
+    New (untracked, not ignored) files are included; renames are written as delete + add. A private index is
+    used, so the agent's own index is left as it was.
     """
     with tempfile.TemporaryDirectory(prefix="repro-index-") as tmp:
-        index = Path(tmp) / "index"
-        if (work / ".git/index").is_file():
-            shutil.copyfile(work / ".git/index", index)  # keeps cached stat data: `add -A` rehashes little
-        env = {"GIT_INDEX_FILE": str(index), "GIT_CEILING_DIRECTORIES": str(work.parent)}
+        # a private index read from ``commit`` holds no stat data, so `add -A` hashes every file: the agent's index
+        # (a stat cache) would miss a same-size edit whose timestamps match the cache (an edit in the checkout's
+        # timestamp, or files whose mtime the agent set back)
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), "GIT_CEILING_DIRECTORIES": str(work.parent)}
+        git(["read-tree", commit], work, env=env)
         git(["add", "-A"], work, env=env)
         return git(["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
                     "--no-renames", commit], work, env=env).stdout

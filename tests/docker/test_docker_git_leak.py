@@ -41,12 +41,14 @@ def start_tree(workspace: DockerWorkspace) -> str:
 
 
 def mine_where_the_sandbox_starts(sandbox: DockerSandbox, row: Task, rollout_id: str) -> tuple[str, str, str]:
-    """(transcript, the starting tree's text, grade outcome) of the miner in an ``open_container`` workspace."""
+    """(transcript, the starting tree's text, "grade outcome: reason") of the miner in an ``open_container``
+    workspace."""
     workspace = sandbox.open_container(row, rollout_id)
     try:
         start = start_tree(workspace)
         transcript = mine_git(lambda command: workspace.run(command, 120).output)
-        return transcript, start, sandbox.grade(row, workspace).outcome
+        grade = sandbox.grade(row, workspace)
+        return transcript, start, f"{grade.outcome}: {grade.reason}"
     finally:
         workspace.cleanup()
 
@@ -65,7 +67,8 @@ def mine_where_the_harness_starts(sandbox: DockerSandbox, row: Task, rollout_id:
         transcript = mine_git(run)
         diff = exec_bounded(container, spec.diff_command, 60)
         assert diff.exit_code == 0, diff.output
-        return transcript, start, sandbox.grade_patch(row, diff.output).outcome
+        grade = sandbox.grade_patch(row, diff.output)
+        return transcript, start, f"{grade.outcome}: {grade.reason}"
     finally:
         container.remove(force=True)
 
@@ -84,7 +87,7 @@ def test_the_miner_recovers_nothing_with_the_scrub(rows, where: str) -> None:
                 assert "miner: applied" not in transcript, (kind, row.instance_id, transcript[-2000:])
                 assert leaked_lines(row.patch, transcript, start) == set(), (kind, row.instance_id)
                 assert "Bug Patch" not in transcript and "Remove F2P" not in transcript, row.instance_id
-                assert outcome == "unresolved", (kind, row.instance_id)
+                assert outcome.startswith("unresolved:"), (kind, row.instance_id, outcome)
     finally:
         sandbox.close()
 
@@ -99,7 +102,8 @@ def test_control_without_the_scrub_the_miner_resolves_the_rows(rows) -> None:
                     transcript, start, outcome = mine(sandbox, row, f"control-{kind}-{where}-{i}")
                     assert "miner: applied" in transcript, (kind, where, transcript[-2000:])
                     assert leaked_lines(row.patch, transcript, start), (kind, where, row.instance_id)
-                    assert outcome == "resolved", (kind, where, row.instance_id)
+                    assert outcome.startswith("resolved:"), (kind, where, row.instance_id, outcome,
+                                                            transcript[transcript.index("$ recover"):])
         for task in kinds["bundled"]:  # bundled images carry the base tree's root commit only, scrub or not
             workspace = sandbox.open_container(task, "control-bundled")
             try:
