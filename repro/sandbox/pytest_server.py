@@ -128,6 +128,7 @@ class ServerPool:
         self._idle: dict[str, list[PytestServer]] = {}
         self._all: list[PytestServer] = []
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def run(self, python: str, args: list[str], cwd: Path, env: dict[str, str], timeout_s: float,
             limits: ResourceLimits) -> CommandResult:
@@ -143,6 +144,8 @@ class ServerPool:
         return result
 
     def _take(self, python: str) -> PytestServer:
+        if os.getpid() != self._pid:  # a forked copy of this process: its parent's servers are not its own
+            self._idle, self._all, self._lock, self._pid = {}, [], threading.Lock(), os.getpid()
         with self._lock:
             idle = self._idle.get(python)
             if idle:
@@ -159,6 +162,8 @@ class ServerPool:
                 self._all.remove(server)
 
     def close(self) -> None:
+        if os.getpid() != self._pid:  # at exit of a forked copy: the servers are its parent's
+            return
         with self._lock:
             servers, self._all, self._idle = self._all, [], {}
         for server in servers:

@@ -99,3 +99,25 @@ def test_an_interpreter_without_pytest_falls_back_to_the_fresh_process(tmp_path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     run = run_pytest(tmp_path, ["test_ok.py"], 60, python=str(bare / "bin" / "python"), forked=True)
     assert run.exit_code == 1 and "No module named 'pytest'" in run.log
+
+
+def test_a_forked_copy_of_the_caller_uses_servers_of_its_own(tmp_path: Path, python: str) -> None:
+    (tmp_path / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    assert run_pytest(tmp_path, ["test_ok.py"], 60, python=python, forked=True).exit_code == 0
+    parents = [s.proc.pid for s in pytest_server.POOL._all]
+    pid = os.fork()
+    if pid == 0:  # the child: its own server, and its exit leaves the parent's alive
+        code = run_pytest(tmp_path, ["test_ok.py"], 60, python=python, forked=True).exit_code
+        mine = [s.proc.pid for s in pytest_server.POOL._all]
+        pytest_server.POOL.close()
+        os._exit(0 if code == 0 and mine and not set(mine) & set(parents) else 1)
+    deadline = time.monotonic() + 60  # bounded: a forked child of a threaded process must not hang the suite
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked caller did not finish within 60 s")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert all(s.proc.poll() is None for s in pytest_server.POOL._all)
+    assert run_pytest(tmp_path, ["test_ok.py"], 60, python=python, forked=True).exit_code == 0
