@@ -42,7 +42,7 @@ class Schedule:
     """What the composed config runs."""
 
     rl_rollouts: int
-    updates_per_batch: int
+    updates_per_batch: float  # passes over a step's rows (PPO mini-batches: the trained share of them)
     rl_steps: int
     validation_rollouts: int
     test_rollouts: int
@@ -85,8 +85,24 @@ def schedule_of(cfg: Any, test_tasks: int | None = None) -> Schedule:
         raise SystemExit("the test set's size is not in the config (its tasks come from a file): pass --test-tasks N "
                          "(SWE-bench Verified: 500)")
     evaluations = 2 if rl is not None else 1  # before and after RL
-    return Schedule(steps * per_step, int(trainer.updates_per_batch) if trainer is not None else 1, steps,
+    return Schedule(steps * per_step, passes_per_batch(trainer, per_step), steps,
                     val_rollouts, evaluations * n_test * k)
+
+
+def passes_per_batch(trainer: Any, rows: int) -> float:
+    """How often a step's ``rows`` (one per rollout, as prefix merging gives) are trained: ``updates_per_batch``
+    full passes, or with verl's PPO mini-batches (``ppo_mini_batch_rows`` M > 0) the share that fits in at most
+    ``max_ppo_updates`` disjoint mini-batches of M rows, each row once (repro.train.batching)."""
+    if trainer is None:
+        return 1.0
+    size = int(trainer.get("ppo_mini_batch_rows", 0) or 0)
+    if size <= 0:
+        return float(trainer.updates_per_batch)
+    batches = rows // size
+    cap = int(trainer.get("max_ppo_updates", 0) or 0)
+    if cap > 0:
+        batches = min(batches, cap)
+    return batches * size / rows if rows else 0.0
 
 
 def estimate(schedule: Schedule, shape: RolloutShape, throughput: Throughput, gpus: int) -> Plan:

@@ -111,6 +111,12 @@ def rollout_options(cfg: RlPhaseConfig, step: int, identity: dict[str, Any]) -> 
     )
 
 
+def in_task_order(reports: list[Any]) -> list[Any]:
+    """A step's reports by (task, sample), whatever order the rollouts finished in: the rows, and so the trainer's
+    seeded shuffle and micro-batches, are then the same on every machine."""
+    return sorted(reports, key=lambda r: (r.instance_id, r.sample, r.rollout_id))
+
+
 def group_stats(reports: list[Any]) -> dict[str, Any]:
     """Reward mean, and how many groups have mixed outcomes (the only ones GRPO learns from)."""
     by_task = outcomes_by_task(reports)
@@ -294,7 +300,7 @@ class RlLoop:
         with accountant.phase("rl_training"):
             store = open_store(self.store_path)
             try:
-                ids = [r.rollout_id for r in reports]
+                ids = [r.rollout_id for r in in_task_order(reports)]  # not completion order: a reproducible update
                 samples, n_calls = build_rows(store, ids, self.samples), store.count_calls(ids)
                 shaped = shaped_reward_mean(store, ids) if self.cfg.reward.shaped else None
                 versions = store.policy_versions(ids)

@@ -17,6 +17,18 @@ def test_the_schedule_is_what_the_experiment_runs() -> None:
                                         validation_rollouts=0, test_rollouts=2 * 50 * 2)
 
 
+def test_ppo_mini_batches_train_each_row_at_most_once() -> None:
+    """The recipe's mini-batches (128 rows, at most 2 a step): 16 x 8 = 128 rollouts are one pass, not two; 100
+    rollouts are fewer than a mini-batch (the step is skipped); 300 keep 256 of their rows."""
+    cfg = compose_config(["experiment=agl_swebench_qwen35_9b", "rl.steps=10"])
+    assert cfg.trainer.ppo_mini_batch_rows == 128 and cfg.trainer.max_ppo_updates == 2
+    assert schedule_of(cfg, test_tasks=500).updates_per_batch == 1.0
+    for per_step, passes in ((100, 0.0), (128, 1.0), (300, 256 / 300), (1000, 256 / 1000)):
+        cfg = compose_config(["experiment=agl_swebench_qwen35_9b", "rl.tasks_per_step=1",
+                              f"rl.samples_per_task={per_step}"])
+        assert schedule_of(cfg, test_tasks=500).updates_per_batch == pytest.approx(passes)
+
+
 def test_gpu_hours_follow_from_tokens_and_throughputs() -> None:
     schedule = Schedule(rl_rollouts=1000, updates_per_batch=2, rl_steps=10, validation_rollouts=100,
                         test_rollouts=400)

@@ -95,3 +95,30 @@ def test_one_step_off_needs_the_on_policy_check_off(tmp_path: Path) -> None:
         RlLoop(tmp_path, RlPhaseConfig(mode="one_step_off"), Trainer(), None, None, None, None, tmp_path)
     with pytest.raises(ValueError, match=r"rl\.mode must be one of"):
         RlPhaseConfig(mode="async")
+
+
+def test_a_steps_rows_are_built_in_task_order_not_completion_order(tmp_path: Path, monkeypatch) -> None:
+    import random
+
+    from repro.jobs import rl_loop
+
+    seen: list[list[str]] = []
+
+    class Stop(Exception):
+        pass
+
+    def build_rows(store, ids, config):
+        seen.append(list(ids))
+        raise Stop
+
+    monkeypatch.setattr(rl_loop, "build_rows", build_rows)
+    monkeypatch.setattr(rl_loop, "open_store", lambda path: SimpleNamespace(close=lambda: None))
+    reports = [SimpleNamespace(instance_id=f"task-{t}", sample=k, rollout_id=f"r-{t}-{k}")
+               for t in range(5) for k in range(4)]
+    loop = _loop(tmp_path / "arm", tmp_path / "policy", every=1)
+    acct = SimpleNamespace(phase=lambda name: __import__("contextlib").nullcontext())
+    for seed in range(3):
+        shuffled = random.Random(seed).sample(reports, len(reports))
+        with pytest.raises(Stop):
+            loop.train(0, shuffled, 0.0, acct)
+    assert seen[0] == [r.rollout_id for r in reports] and seen[0] == seen[1] == seen[2]
