@@ -1,0 +1,113 @@
+"""The warm-start lab behind issue 30's SFT choices (docs/architecture.md, "Where a 2-core machine's time goes"):
+record the default miniature's demonstrations once, train SFT variants on the same rows, evaluate each on the
+validation split in the real harness. A measurement script, not a job: nothing here is published by `repro table`.
+
+    python scripts/warm_start_lab.py demos OUT [overrides...]
+    python scripts/warm_start_lab.py sft OUT DEMOS '{"batch_size": 8, "epochs": 7.5}' '{"num_layers": 2}' [overrides...]
+    python scripts/warm_start_lab.py eval MODEL_DIR OUT N_TASKS K [overrides...]
+
+``sft``'s first JSON overrides ``warm_start.sft`` (plus ``n_rows``: train on the first N rows), the second the model
+config (a changed architecture gets its own base model; the tokenizer, and so the rows, stay the same).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+
+from harness_adapters.registry import get_harness
+from repro.jobs.evaluate import build_spec, load_task_set, run_frozen_eval
+from repro.jobs.miniature import split_train
+from repro.jobs.stack import running_stack
+from repro.jobs.warm_start import demonstration_rows, record_demonstrations
+from repro.runner import compose_config
+from repro.sandbox.select import make_sandbox
+from repro.tinymodel.recipe import build_recipe_model
+from repro.train.sft import sft_train
+
+PARTS = ("model", "serving", "proxy", "harness", "train_tasks", "tasks", "sandbox", "eval", "warm_start")
+
+
+@dataclasses.dataclass
+class Row:
+    input_ids: list[int]
+    loss_mask: list[int]
+
+
+def parts(overrides: list[str]) -> tuple[dict[str, Any], str]:
+    """The default job's config groups, instantiated (``overrides`` as for ``repro run``)."""
+    job = compose_config(overrides).job
+    return {k: instantiate(job[k], _convert_="all") for k in PARTS}, job.harness_name
+
+
+def demos(out: Path, overrides: list[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    p, harness = parts(overrides)
+    _, train = load_task_set(p["train_tasks"])
+    demo_tasks, _ = split_train(train, p["warm_start"].n_demo_tasks, p["tasks"].difficulty)
+    box, started = make_sandbox(p["sandbox"]), time.time()
+    try:
+        with get_harness(harness, p["harness"], workers=2) as agent:
+            base = build_recipe_model(p["model"], agent, train, platform_line=True)
+            ids = record_demonstrations(out, base, demo_tasks, p["warm_start"], p["serving"], p["proxy"], agent, box)
+            rows = demonstration_rows(out / "traces.sqlite", ids, p["warm_start"].sample_mode)
+    finally:
+        box.close()
+    (out / "rows.pkl").write_bytes(pickle.dumps([(list(r.input_ids), list(r.loss_mask)) for r in rows]))
+    lengths = sorted(len(r.input_ids) for r in rows)
+    print(json.dumps({"rows": len(rows), "seconds": time.time() - started, "tokens_mean": sum(lengths) / len(rows),
+                      "tokens_max": lengths[-1], "labelled_mean": sum(sum(r.loss_mask) for r in rows) / len(rows)}))
+
+
+def sft(out: Path, demo_dir: Path, sft_json: str, model_json: str, overrides: list[str]) -> None:
+    p, harness = parts(overrides)
+    _, train = load_task_set(p["train_tasks"])
+    with get_harness(harness, p["harness"], workers=1) as agent:
+        base = build_recipe_model(dataclasses.replace(p["model"], **json.loads(model_json)), agent, train,
+                                  platform_line=True)
+    rows = [Row(a, b) for a, b in pickle.loads((demo_dir / "rows.pkl").read_bytes())]
+    changes = json.loads(sft_json)
+    rows = rows[: changes.pop("n_rows", None) or len(rows)]
+    print("RESULT", json.dumps(sft_train(base, rows, out, dataclasses.replace(p["warm_start"].sft, **changes))))
+
+
+def evaluate(model_dir: Path, out: Path, n_tasks: int, k: int, overrides: list[str]) -> None:
+    p, harness = parts([*overrides, f"tasks.n_tasks={n_tasks}", f"eval.k={k}", "tasks.split=validation"])
+    name, tasks = load_task_set(p["tasks"])
+    box, started = make_sandbox(p["sandbox"]), time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with get_harness(harness, p["harness"], workers=2) as agent:
+            spec = build_spec(agent.identity(), name, tasks, agent.cfg, p["sandbox"], p["eval"], p["tasks"].seed,
+                              p["serving"].served_model_name)
+            with running_stack(model_dir, p["serving"], p["proxy"], out) as stack:
+                reports, _ = run_frozen_eval(out / "eval", out / "traces.sqlite", spec, p["eval"], tasks, stack,
+                                             agent, box, "lab")
+    finally:
+        box.close()
+    resolved = sum(r.outcome == "resolved" for r in reports)
+    print("EVAL", json.dumps({"model": str(model_dir), "resolved": resolved, "n": len(reports),
+                              "pass1": resolved / len(reports), "seconds": time.time() - started}))
+
+
+def main(argv: list[str]) -> None:
+    command, *args = argv
+    if command == "demos":
+        demos(Path(args[0]), args[1:])
+    elif command == "sft":
+        sft(Path(args[0]), Path(args[1]), args[2], args[3], args[4:])
+    elif command == "eval":
+        evaluate(Path(args[0]), Path(args[1]), int(args[2]), int(args[3]), args[4:])
+    else:
+        raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
