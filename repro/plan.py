@@ -92,7 +92,8 @@ def schedule_of(cfg: Any, test_tasks: int | None = None) -> Schedule:
 def passes_per_batch(trainer: Any, rows: int) -> float:
     """How often a step's ``rows`` (one per rollout, as prefix merging gives) are trained: ``updates_per_batch``
     full passes, or with verl's PPO mini-batches (``ppo_mini_batch_rows`` M > 0) the share that fits in at most
-    ``max_ppo_updates`` disjoint mini-batches of M rows, each row once (repro.train.batching)."""
+    ``max_ppo_updates`` disjoint mini-batches of M rows, each row once. The rule is ``repro.train.batching.n_updates``,
+    restated here: importing ``repro.train`` loads torch, which ``repro plan`` (the CLI's start-up) must not."""
     if trainer is None:
         return 1.0
     size = int(trainer.get("ppo_mini_batch_rows", 0) or 0)

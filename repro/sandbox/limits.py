@@ -49,18 +49,21 @@ def clean_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]
     return env
 
 
-def _apply_limits(limits: ResourceLimits) -> None:
-    pairs = [
-        (resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024),
-        (resource.RLIMIT_FSIZE, limits.file_size_mb * 1024 * 1024),
-        (resource.RLIMIT_NOFILE, limits.open_files),
-    ]
-    for kind, value in pairs:
-        if value:
-            resource.setrlimit(kind, (value, value))
+def rlimits(limits: ResourceLimits) -> list[tuple[int, int, int]]:
+    """``(resource, soft, hard)`` for ``setrlimit``: what a sandboxed process gets (the pytest fork server's children
+    apply the same list, sent to them as numbers)."""
+    pairs = [(resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024),
+             (resource.RLIMIT_FSIZE, limits.file_size_mb * 1024 * 1024),
+             (resource.RLIMIT_NOFILE, limits.open_files)]
+    triples = [(kind, value, value) for kind, value in pairs if value]
     if limits.cpu_s:  # SIGXCPU at the limit (graders read it as a timeout), SIGKILL a second later
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a process killed by a limit leaves no core file behind
+        triples.append((resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 1))
+    return [*triples, (resource.RLIMIT_CORE, 0, 0)]  # a process killed by a limit leaves no core file behind
+
+
+def _apply_limits(limits: ResourceLimits) -> None:
+    for kind, soft, hard in rlimits(limits):
+        resource.setrlimit(kind, (soft, hard))
 
 
 def run_limited(cmd: list[str], cwd: Path, env: dict[str, str], timeout_s: float, limits: ResourceLimits,

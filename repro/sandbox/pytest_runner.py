@@ -58,12 +58,11 @@ def run_pytest(repo_dir: Path, test_ids: list[str], timeout_s: float = 120.0,
     args = ["-rA", "-p", "no:cacheprovider", "-o", "addopts=", "--no-header", "-q", "--tb=short", *test_ids]
     limits = limits or ResourceLimits()
     with tempfile.TemporaryDirectory(prefix="repro-home-") as home:
-        result = None
+        env, result = clean_env(Path(home)), None
         if forked:
             with contextlib.suppress(ServerGone):
-                result = POOL.run(python, args, repo_dir, clean_env(Path(home)), timeout_s, limits)
+                result = POOL.run(python, args, repo_dir, env, timeout_s, limits)
         if result is None:
-            result = run_limited([python, "-c", PYTEST_MAIN, *args], repo_dir, clean_env(Path(home)), timeout_s,
-                                 limits)
+            result = run_limited([python, "-c", PYTEST_MAIN, *args], repo_dir, env, timeout_s, limits)
     statuses = {} if result.timed_out else parse_statuses(result.output)
     return TestRun(statuses, result.exit_code, result.timed_out, result.duration_s, result.output, timeout_s)

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from repro.sandbox.limits import CommandResult, ResourceLimits, clean_env, kill_session
+from repro.sandbox.limits import CommandResult, ResourceLimits, clean_env, kill_session, rlimits
 
 ZYGOTE = Path(__file__).with_name("pytest_zygote_main.py")
 START_TIMEOUT_S = 60.0
@@ -81,7 +82,7 @@ class PytestServer:
             out = handle.name
         try:
             request = {"cwd": str(cwd), "env": env, "args": args, "out": out,
-                       "limits": [limits.cpu_s, limits.memory_mb, limits.file_size_mb, limits.open_files]}
+                       "rlimits": rlimits(limits)}
             try:
                 self.proc.stdin.write((json.dumps(request) + "\n").encode())
                 self.proc.stdin.flush()
@@ -115,10 +116,7 @@ class PytestServer:
         for stream in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError):
                 stream.close()
-        with contextlib.suppress(OSError):
-            for name in os.listdir(self.home):
-                os.unlink(os.path.join(self.home, name))
-            os.rmdir(self.home)
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 class ServerPool:

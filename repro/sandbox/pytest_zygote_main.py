@@ -3,11 +3,12 @@ imports ``repro``). See :mod:`repro.sandbox.pytest_server`.
 
 It imports pytest once, then serves one request at a time, one JSON line each on stdin::
 
-    {"cwd": ..., "env": {...}, "args": [...], "limits": [cpu_s, memory_mb, file_size_mb, open_files], "out": path}
+    {"cwd": ..., "env": {...}, "args": [...], "rlimits": [[resource, soft, hard], ...], "out": path}
 
-For each it forks a child that starts a new session, applies the limits, points stdin at ``/dev/null`` and
-stdout/stderr at ``out``, takes ``env`` as its whole environment, puts ``cwd`` first on ``sys.path`` (after pytest
-was imported, as ``pytest_runner.PYTEST_MAIN`` does) and exits with ``pytest.main(args)``'s code. It answers
+For each it forks a child that starts a new session, applies the rlimits (``repro.sandbox.limits.rlimits``),
+points stdin at ``/dev/null`` and stdout/stderr at ``out``, takes ``env`` as its whole environment, puts ``cwd``
+first on ``sys.path`` (after pytest was imported, as ``pytest_runner.PYTEST_MAIN`` does) and exits with
+``pytest.main(args)``'s code. It answers
 ``{"pid": pid}`` at once and ``{"status": code}`` when the child has ended (a negative code: killed by that signal).
 """
 
@@ -19,25 +20,14 @@ import sys
 sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd(), os.path.dirname(os.path.abspath(__file__)))]
 import pytest  # noqa: E402  (imported before any working copy can shadow it)
 
-MB = 1024 * 1024
-
-
-def _limit(cpu_s: int, memory_mb: int, file_size_mb: int, open_files: int) -> None:
-    for kind, value in ((resource.RLIMIT_AS, memory_mb * MB), (resource.RLIMIT_FSIZE, file_size_mb * MB),
-                        (resource.RLIMIT_NOFILE, open_files)):
-        if value:
-            resource.setrlimit(kind, (value, value))
-    if cpu_s:
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
 
 def _child(request: dict) -> None:
     """In the forked child: never returns."""
     code = 70
     try:
         os.setsid()
-        _limit(*request["limits"])
+        for kind, soft, hard in request["rlimits"]:
+            resource.setrlimit(kind, (soft, hard))
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open(request["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(null, 0)
