@@ -73,3 +73,34 @@ def plan_updates(rows: Sequence[PlannedRow], mini_batch_rows: int, max_updates: 
     kept = [i for i in range(len(rows)) if i not in dropped]
     batches = [kept[start : start + mini_batch_rows] for start in range(0, keep_n, mini_batch_rows)]
     return UpdatePlan(batches, len(rows), n_zero, to_drop - n_zero)
+
+
+class SizedRow(Protocol):
+    """What micro-batching reads from a row."""
+
+    input_ids: Sequence[int]
+
+
+def micro_batches(rows: Sequence[SizedRow], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """Indices of ``rows`` cut into forward passes: rows sorted by length (stable, so ties keep their order), each
+    micro-batch at most ``max_rows`` rows and, when ``max_tokens`` > 0, at most ``max_tokens`` padded tokens (rows x
+    its longest row; a longer row goes alone). Every index appears once. The loss is a sum over rows divided by a
+    fixed normalizer, so the cut changes only the float summation order, not the gradient; grouping by length keeps
+    a few long rows from padding a whole micro-batch (measured on the miniature: 14-68 s an RL update with shuffled
+    micro-batches of 32 rows of 470-500 tokens that held a 1,400-token row)."""
+    if max_rows < 1:
+        raise ValueError(f"trainer.micro_batch_rows must be >= 1, got {max_rows}")
+    if max_tokens < 0:
+        raise ValueError(f"trainer.micro_batch_tokens must be >= 0 (0: rows only), got {max_tokens}")
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
+    batches: list[list[int]] = []
+    for index in order:
+        width = len(rows[index].input_ids)  # the longest so far: rows come shortest first
+        current = batches[-1] if batches else None
+        fits = current is not None and len(current) < max_rows and (
+            not max_tokens or (len(current) + 1) * width <= max_tokens)
+        if fits:
+            current.append(index)
+        else:
+            batches.append([index])
+    return batches

@@ -95,6 +95,7 @@ class RlConfig(DeviceSettings):
     clip_high: float = 0.28
     updates_per_batch: int = 2
     micro_batch_rows: int = 32
+    micro_batch_tokens: int = 16384  # padded tokens a forward pass at most (rows sorted by length; 0: rows only)
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.99)
@@ -112,6 +113,9 @@ class RlConfig(DeviceSettings):
         if self.ppo_mini_batch_rows < 0 or self.max_ppo_updates < 0:
             raise ValueError(f"trainer.ppo_mini_batch_rows and trainer.max_ppo_updates must be >= 0, got "
                              f"{self.ppo_mini_batch_rows} and {self.max_ppo_updates}")
+        if self.micro_batch_rows < 1 or self.micro_batch_tokens < 0:
+            raise ValueError(f"trainer.micro_batch_rows must be >= 1 and trainer.micro_batch_tokens >= 0 (0: rows "
+                             f"only), got {self.micro_batch_rows} and {self.micro_batch_tokens}")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(f"trainer.old_logprobs must be one of {OLD_LOGPROBS}, got {self.old_logprobs!r}")
         if self.clip_ratio_c and not self.clip_ratio_c > 1:

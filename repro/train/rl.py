@@ -26,7 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from repro.train.batching import UpdatePlan, plan_updates
+from repro.train.batching import UpdatePlan, micro_batches, plan_updates
 from repro.train.config import RlConfig
 from repro.train.device import base_model, distributed, make_accelerator, merged_state_dict, prepare_model
 
@@ -211,6 +211,11 @@ class PolicyTrainer:
         self.rng = random.Random(cfg.seed)
         self.steps = 0
 
+    def _chunks(self, rows: Sequence[TrainingRow]) -> list[list[TrainingRow]]:
+        """``rows`` as forward passes, grouped by length (:func:`repro.train.batching.micro_batches`)."""
+        cuts = micro_batches(rows, self.cfg.micro_batch_rows, self.cfg.micro_batch_tokens)
+        return [[rows[i] for i in cut] for cut in cuts]
+
     def _batch(self, rows: Sequence[TrainingRow]) -> dict[str, torch.Tensor]:
         return {k: v.to(self.device) for k, v in pad_rows(rows, self.pad_id).items()}
 
@@ -314,7 +319,7 @@ class PolicyTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         total, merged = 0.0, {"clip_fraction": 0.0, "ratio_mean": 0.0, "log_ratio_abs_max": 0.0}
         entropy_sum, tokens = 0.0, 0.0
-        chunks = [order[i : i + self.cfg.micro_batch_rows] for i in range(0, len(order), self.cfg.micro_batch_rows)]
+        chunks = self._chunks(order)
         for chunk in chunks:
             batch = self._batch(chunk)
             logps, entropy = token_logprobs_and_entropy(self.model, batch["input_ids"], batch["attention_mask"],
@@ -353,8 +358,7 @@ class PolicyTrainer:
         """``rows`` with the trainer's current logprobs as their old ones (the recorded-vs-trainer difference into
         ``mismatch``)."""
         own: dict[int, list[float]] = {}
-        for start in range(0, len(rows), self.cfg.micro_batch_rows):
-            chunk = rows[start : start + self.cfg.micro_batch_rows]
+        for chunk in self._chunks(rows):
             batch = self._batch(chunk)
             logps = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
             mismatch.add(logps, batch["old_logps"], batch["loss_mask"])
@@ -365,8 +369,8 @@ class PolicyTrainer:
     def _measure(self, rows: list[TrainingRow], mismatch: Mismatch | None = None) -> dict[str, float]:
         """Max |log ratio| against the recorded logprobs and mean entropy on the sampled tokens, without an update."""
         log_ratio, entropy_sum, tokens = 0.0, 0.0, 0.0
-        for start in range(0, len(rows), self.cfg.micro_batch_rows):
-            batch = self._batch(rows[start : start + self.cfg.micro_batch_rows])
+        for chunk in self._chunks(rows):
+            batch = self._batch(chunk)
             logps, entropy = token_logprobs_and_entropy(self.model, batch["input_ids"], batch["attention_mask"])
             mask = batch["loss_mask"].float()
             if mismatch is not None:

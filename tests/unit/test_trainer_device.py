@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from repro.testing import FakeTrainingRow
+from repro.train.batching import micro_batches
 from repro.train.config import DeviceSettings, RlConfig, SftConfig, non_default_device_settings
 from repro.train.device import resolve_device
 from repro.train.rl import PolicyTrainer, clipped_policy_loss, pad_rows, token_logprobs_and_entropy
@@ -36,8 +37,8 @@ def _reference_update(model_dir: Path, rows: list[FakeTrainingRow], cfg: RlConfi
         order = list(rows)
         rng.shuffle(order)
         optimizer.zero_grad(set_to_none=True)
-        for start in range(0, len(order), cfg.micro_batch_rows):
-            batch = pad_rows(order[start : start + cfg.micro_batch_rows], model.config.pad_token_id or 0)
+        for cut in micro_batches(order, cfg.micro_batch_rows, cfg.micro_batch_tokens):
+            batch = pad_rows([order[i] for i in cut], model.config.pad_token_id or 0)
             logps, _ = token_logprobs_and_entropy(model, batch["input_ids"], batch["attention_mask"])
             loss, _ = clipped_policy_loss(logps, batch["old_logps"], batch["advantages"], batch["loss_mask"],
                                           batch["weights"], normalizer, cfg.clip_low, cfg.clip_high)
