@@ -80,3 +80,12 @@ def test_group_by_length_batches_rows_of_similar_length(tiny_model_dir: Path, tm
     # sorted within the mega-batch: at most one batch mixes short and long rows (the sampler moves the longest row
     # to the front); in random order nearly every batch of 8 holds a long row
     assert grouped <= real + 8 * (96 - 12) < shuffled
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_gradient_checkpointing_is_what_the_config_says(tmp_path: Path, on: bool) -> None:
+    """trl's SFTConfig checkpoints by default: off must be passed, or every CPU step recomputes its forward (~20%
+    of a step of the miniature's SFT, py-spy)."""
+    from repro.train.sft import trl_args
+
+    assert trl_args(SftConfig(gradient_checkpointing=on), 8, tmp_path / "work").gradient_checkpointing is on
