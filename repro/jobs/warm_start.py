@@ -3,11 +3,14 @@ SFT rows (the same sample builder as RL); trl's SFTTrainer fine-tunes the base m
 
 The resulting checkpoint is cached under ``<cache>/warm_start/<key>``, keyed by a hash of everything that
 produced it (base model, demonstration tasks, harness identity, expert, sample mode, SFT settings); a run that
-reuses one says so in its metrics (``warm_start.cached``).
+reuses one says so in its metrics (``warm_start.cached``). The demonstrations' rows are cached on their own under
+``<cache>/demos/<key>.json.gz``, keyed by what produces them (the tokenizer, not the base model's weights or the
+training seed): a sweep over seeds records them once (``warm_start.demos_cached``).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import logging
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 EXPERT_VERSION = "sed-oneliner-3"  # bump when the scripted expert's answers change
 SFT_DATA_VERSION = 2  # bump when the way demonstrations become SFT rows changes (2: rows ordered by task id)
 STATS_FILE = "warm_start.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")  # what fixes the token ids
 
 
 @dataclass
@@ -74,6 +78,63 @@ def sft_identity(sft: SftConfig) -> dict[str, Any]:
         if not settings.get(option):
             settings.pop(option, None)
     return settings
+
+
+def demos_key(base_model: Path, tasks: list[Task], harness_identity: dict[str, Any], cfg: WarmStartConfig,
+              platform_text: str) -> str:
+    """Hash of everything that determines the demonstrations' rows: the tokenizer files (not the weights: the
+    expert is scripted, and a training seed changes only the weights), the tasks, the harness, the expert, the
+    prompts' platform line, the row builder."""
+    digest = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        path = Path(base_model) / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"") + b"\0")
+    for task in tasks:
+        digest.update(f"{task.instance_id}\0{task.base_commit}\0{task.patch}\0".encode())
+    payload = {"harness": harness_identity, "expert": EXPERT_VERSION, "mode": cfg.sample_mode,
+               "sft_data": SFT_DATA_VERSION, "platform": platform_text,
+               "slip": [cfg.expert_slip_rate, cfg.expert_slip_seed, *cfg.expert_slip_operators],
+               "max_tokens": cfg.max_tokens}
+    digest.update(json.dumps(payload, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class DemoRow:
+    """An SFT row of a demonstration: its token ids and which of them the expert sampled."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+
+
+def save_demo_rows(path: Path, rows: list[Any], rollouts: int) -> None:
+    """``rows`` (their ids and masks, in order) to a gzipped JSON file, written whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    payload = {"rollouts": rollouts, "rows": [[list(r.input_ids), list(r.loss_mask)] for r in rows]}
+    tmp.write_bytes(gzip.compress(json.dumps(payload, separators=(",", ":")).encode(), mtime=0))
+    tmp.replace(path)
+
+
+def load_demo_rows(path: Path) -> tuple[list[DemoRow], int]:
+    """The rows and the number of demonstrations :func:`save_demo_rows` wrote."""
+    payload = json.loads(gzip.decompress(path.read_bytes()))
+    return [DemoRow(ids, mask) for ids, mask in payload["rows"]], int(payload["rollouts"])
+
+
+def demonstrations(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStartConfig,
+                   serving: CpuServingConfig, proxy: ProxyConfig, agent: Any, box: LocalSandbox,
+                   key: str) -> tuple[list[Any], int, bool]:
+    """The demonstrations' SFT rows, their number of rollouts and whether they came from the cache (recorded
+    through the real harness when not)."""
+    path = cache_dir() / "demos" / f"demos-{key}.json.gz"
+    if cfg.use_cache and path.exists():
+        rows, rollouts = load_demo_rows(path)
+        return rows, rollouts, True
+    rollout_ids = record_demonstrations(run_dir, base_model, tasks, cfg, serving, proxy, agent, box)
+    rows = demonstration_rows(run_dir / "traces.sqlite", rollout_ids, cfg.sample_mode)
+    save_demo_rows(path, rows, len(rollout_ids))
+    return rows, len(rollout_ids), False
 
 
 def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[str, Any],
@@ -143,13 +204,18 @@ def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStar
     if cfg.use_cache and (out / STATS_FILE).exists():
         stats = json.loads((out / STATS_FILE).read_text())
         return out, {**stats, "cached": True, "path": str(out), "weights_sha256": weights_sha256(out)}
-    print(f"phase warm_start_demos: {len(tasks)} expert demonstrations through the harness "
-          f"({expected('demo', len(tasks))})", flush=True)
+    platform_text = prompt_platform(getattr(agent, "cfg", None))
+    rows_key = demos_key(base_model, tasks, agent.identity(), cfg, platform_text)
+    print(f"phase warm_start_demos: {len(tasks)} expert demonstrations through the harness, demonstrations key "
+          f"{rows_key} ({expected('demo', len(tasks))}, or none when cached)", flush=True)
     started = time.monotonic()
     with accountant.phase("warm_start_demos"):
-        rollout_ids = record_demonstrations(run_dir, base_model, tasks, cfg, serving, proxy, agent, box)
-        rows = demonstration_rows(run_dir / "traces.sqlite", rollout_ids, cfg.sample_mode)
-    record_rate("demo", len(tasks), time.monotonic() - started)
+        rows, n_rollouts, demos_cached = demonstrations(run_dir, base_model, tasks, cfg, serving, proxy, agent, box,
+                                                        rows_key)
+    if demos_cached:
+        print(f"  reused {n_rollouts} demonstrations ({len(rows)} rows) from the cache", flush=True)
+    else:
+        record_rate("demo", len(tasks), time.monotonic() - started)
     steps = sft_steps(cfg.sft, len(rows))
     print(f"phase warm_start_sft: {steps} steps on {len(rows)} rows ({expected('sft_step', steps)})", flush=True)
     with accountant.phase("warm_start_sft"):
@@ -159,7 +225,8 @@ def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStar
         with trainer_reporting(tracking, run_dir, name) as report_to:
             sft = sft_train(base_model, rows, tmp, cfg.sft, report_to, name)
     record_rate("sft_step", sft["steps"], sft["seconds"])
-    stats = {"key": key, "demo_tasks": len(tasks), "demo_rollouts": len(rollout_ids), "sft": sft,
+    stats = {"key": key, "demos_key": rows_key, "demos_cached": demos_cached, "demo_tasks": len(tasks),
+             "demo_rollouts": n_rollouts, "sft": sft,
              "sampled_tokens": sum(sum(r.loss_mask) for r in rows), "tokens": sum(len(r.input_ids) for r in rows)}
     atomic_write_text(tmp / STATS_FILE, json.dumps(stats, indent=2, sort_keys=True))
     with locked(out.parent / f"{out.name}.lock"):

@@ -77,3 +77,37 @@ def test_a_demonstration_max_tokens_cap_enters_the_key_only_when_set(base_model:
     key = warm_start_key(base_model, [_task(0)], {}, cfg)
     assert key == warm_start_key(base_model, [_task(0)], {}, replace(cfg, max_tokens=0))
     assert key != warm_start_key(base_model, [_task(0)], {}, replace(cfg, max_tokens=256))
+
+
+def test_the_demonstrations_key_ignores_the_weights_and_names_the_tokenizer(base_model: Path) -> None:
+    """A training seed changes the base model's weights and ``repro_model.json``, not the demonstrations: a sweep
+    over seeds records them once; another tokenizer, task set or platform line gives other rows."""
+    from repro.jobs.warm_start import demos_key
+
+    (base_model / "tokenizer.json").write_text('{"v": 1}')
+    tasks, cfg, line = [_task(0), _task(1)], WarmStartConfig(), prompt_platform()
+    key = demos_key(base_model, tasks, {"name": "h"}, cfg, line)
+    (base_model / "repro_model.json").write_text(json.dumps({"seed": 1}))
+    (base_model / "model.safetensors").write_bytes(b"other weights")
+    assert demos_key(base_model, tasks, {"name": "h"}, cfg, line) == key
+    assert demos_key(base_model, tasks[:1], {"name": "h"}, cfg, line) != key
+    assert demos_key(base_model, tasks, {"name": "h"}, cfg, line + " other") != key
+    (base_model / "tokenizer.json").write_text('{"v": 2}')
+    assert demos_key(base_model, tasks, {"name": "h"}, cfg, line) != key
+
+
+def test_cached_demonstrations_are_the_recorded_rows(tmp_path: Path, monkeypatch) -> None:
+    """The second call reads the rows the first recorded, token for token, without recording again."""
+    import repro.jobs.warm_start as ws
+
+    recorded = [ws.DemoRow([5, 6, 7], [0, 1, 1]), ws.DemoRow([5, 8], [0, 1])]
+    calls: list[int] = []
+    monkeypatch.setattr(ws, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(ws, "record_demonstrations", lambda *a: calls.append(1) or ["r1", "r2"])
+    monkeypatch.setattr(ws, "demonstration_rows", lambda *a: recorded)
+    args = (tmp_path / "run", tmp_path, [], WarmStartConfig(), None, None, None, None, "k1")
+    assert ws.demonstrations(*args) == (recorded, 2, False)
+    rows, n, cached = ws.demonstrations(*args)
+    assert (rows, n, cached) == (recorded, 2, True) and calls == [1]
+    uncached = WarmStartConfig(use_cache=False)
+    assert ws.demonstrations(*args[:3], uncached, *args[4:])[2] is False and calls == [1, 1]
