@@ -90,7 +90,7 @@ def trl_args(cfg: SftConfig, n_rows: int, work_dir: Path, report_to: str = "none
         save_strategy="no", report_to=report_to, run_name=run_name, disable_tqdm=True, dataloader_num_workers=0,
         max_length=None,
         train_sampling_strategy=cfg.sampling, fsdp=fsdp_option(cfg),
-        gradient_checkpointing=cfg.gradient_checkpointing,  # trl's SFTConfig turns it on unless told (1.x)
+        activation_checkpointing=cfg.gradient_checkpointing,  # trl 1.x's SFTConfig turns it on unless told
     )
 
 

@@ -88,4 +88,5 @@ def test_gradient_checkpointing_is_what_the_config_says(tmp_path: Path, on: bool
     of a step of the miniature's SFT, py-spy)."""
     from repro.train.sft import trl_args
 
-    assert trl_args(SftConfig(gradient_checkpointing=on), 8, tmp_path / "work").gradient_checkpointing is on
+    args = trl_args(SftConfig(gradient_checkpointing=on), 8, tmp_path / "work")
+    assert args.activation_checkpointing is on and args.gradient_checkpointing is on
