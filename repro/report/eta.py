@@ -3,7 +3,7 @@
 Each finished phase of at least a minute records its seconds per unit (an evaluation sample, a demonstration, an
 SFT step, an RL rollout) in ``<cache>/timings.json``; the next run announces a phase as ``~3m 20s expected`` from
 that rate, or, on a machine with no earlier run, from ``REFERENCE_RATES`` (measured on the 2-core machine the
-README's times come from). Only a hint for the person waiting: never part of a result.
+README's times come from: an AMD EPYC with AVX-512, no AMX). Only a hint for the person waiting: never part of a result.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ def _read() -> dict[str, float]:
 
 # Seconds per unit of each kind on the reference machine (2-core Intel Xeon with AVX-512, mini_repro defaults,
 # Dec 2026): the estimate a fresh machine starts from. Update with the rates a new default measures.
-REFERENCE_RATES: dict[str, float] = {  # outputs/mini_repro/20261202-221457 (seed 0, cold, uncontended)
-    "demo": 0.070,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 3.5 min)
-    "sft_step": 0.24,           # one SFT step, batch 16, labelled_logits (2,813 in 11.3 min)
-    "eval_sample": 0.30,        # one frozen-evaluation sample, 4 calls, graded (800 in 3.9 min)
-    "probe_sample": 0.21,       # one probe rollout (1,024 in 3.6 min)
-    "rl_rollout_proxy": 0.23,   # one RL rollout including its share of the update (1,536 in 5.9 min)
-    "rl_rollout_rebuilt": 0.23,
+REFERENCE_RATES: dict[str, float] = {  # outputs/mini_repro/20261203-184539 (seed 1, cold, uncontended, 2-core EPYC)
+    "demo": 0.136,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 6.8 min)
+    "sft_step": 0.192,          # one SFT step, batch 8, labelled_logits (2,813 in 9.0 min)
+    "eval_sample": 0.41,        # one frozen-evaluation sample, 4 calls, graded (800 in 5.5 min)
+    "probe_sample": 0.40,       # one probe rollout (512 in 3.4 min)
+    "rl_rollout_proxy": 0.415,  # one RL rollout including its share of the update (1,536 in 10.6 min)
+    "rl_rollout_rebuilt": 0.415,
 }
 
 
