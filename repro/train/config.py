@@ -70,6 +70,8 @@ class SftConfig(DeviceSettings):
     sampling: str = "random"  # batch order: random | group_by_length (rows of similar length share a batch)
     max_length: int = 0  # > 0: each row keeps only its last max_length tokens (left-truncated); 0: whole rows
     labelled_logits: bool = False  # the LM head on labelled positions only (trl does so on Triton devices only)
+    decay_at_loss: float = 0.0  # > 0: the decay waits until the logged loss is below this (repro.train.sft_schedule)
+    max_steps_factor: float = 2.0  # with decay_at_loss: at most this many times the epochs' steps in all
 
 
 @dataclass

@@ -20,6 +20,7 @@ from repro.report.progress import duration
 from repro.train.config import SftConfig
 from repro.train.device import base_model, distributed, lora_config, merged_state_dict, resolve_device
 from repro.train.rl import TrainingRow, copy_extras
+from repro.train.sft_schedule import GateCallback, gated_decay, with_gated_schedule
 
 IGNORE_INDEX = -100
 
@@ -76,9 +77,10 @@ def sft_steps(cfg: SftConfig, n_rows: int) -> int:
 
 
 def trl_args(cfg: SftConfig, n_rows: int, work_dir: Path, report_to: str = "none",
-             run_name: str | None = None) -> TrlSFTConfig:
-    """trl's settings; ``report_to``/``run_name``: the tracker transformers logs to (``repro.tracking``)."""
-    steps = sft_steps(cfg, n_rows)
+             run_name: str | None = None, max_steps: int | None = None) -> TrlSFTConfig:
+    """trl's settings; ``report_to``/``run_name``: the tracker transformers logs to (``repro.tracking``);
+    ``max_steps``: the cap of a loss-gated schedule (:mod:`repro.train.sft_schedule`) instead of the epochs' steps."""
+    steps = max_steps or sft_steps(cfg, n_rows)
     decay = max(1, int(steps * cfg.decay_fraction))
     return TrlSFTConfig(
         output_dir=str(work_dir), max_steps=steps, per_device_train_batch_size=cfg.batch_size,
@@ -112,13 +114,25 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
     started = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    args = trl_args(cfg, len(rows), Path(out_dir).with_name(Path(out_dir).name + ".trainer"), report_to, run_name)
+    planned = sft_steps(cfg, len(rows))
+    gate = gated_decay(planned, cfg.warmup_steps, cfg.decay_fraction, cfg.min_lr_ratio, cfg.decay_at_loss,
+                       cfg.max_steps_factor) if cfg.decay_at_loss > 0 else None
+    args = trl_args(cfg, len(rows), Path(out_dir).with_name(Path(out_dir).name + ".trainer"), report_to, run_name,
+                    gate.max_steps if gate else None)
     trainer_class = LabelledLogitsSFTTrainer if cfg.labelled_logits else SFTTrainer
+    if gate:
+        trainer_class = with_gated_schedule(trainer_class)
     trainer = trainer_class(model=model, args=args, train_dataset=rows_dataset(rows, cfg.max_length),
                             processing_class=tokenizer, peft_config=lora_config(cfg))
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(SftProgress())
-    print(f"sft: {len(rows)} rows, {args.max_steps} steps of {cfg.batch_size}", flush=True)
+    if gate:
+        trainer.gate = gate
+        trainer.add_callback(GateCallback(gate))
+        print(f"sft: {len(rows)} rows, {planned} steps of {cfg.batch_size} planned; the decay waits for a loss below "
+              f"{cfg.decay_at_loss} (at most {gate.max_steps} steps)", flush=True)
+    else:
+        print(f"sft: {len(rows)} rows, {args.max_steps} steps of {cfg.batch_size}", flush=True)
     try:
         result = trainer.train()
     finally:
@@ -131,8 +145,12 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
         trained.save_pretrained(out_dir, safe_serialization=True)
     copy_extras(model_dir, out_dir)
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-    tokens = sum(len(r.input_ids) for r in rows) * cfg.epochs
+    rates = [e["learning_rate"] for e in trainer.state.log_history if "learning_rate" in e]
+    steps = trainer.state.global_step
+    tokens = sum(len(r.input_ids) for r in rows) * cfg.epochs * steps / planned
     seconds = time.perf_counter() - started
-    return {"rows": len(rows), "steps": args.max_steps, "epochs": cfg.epochs, "seconds": seconds,
+    return {"rows": len(rows), "steps": steps, "epochs": cfg.epochs * steps / planned, "seconds": seconds,
             "train_loss": result.training_loss, "loss_first": losses[0] if losses else None,
-            "loss_last": losses[-1] if losses else None, "tokens_per_s": tokens / max(seconds, 1e-9)}
+            "loss_last": losses[-1] if losses else None, "tokens_per_s": tokens / max(seconds, 1e-9),
+            "learning_rate_last": rates[-1] if rates else None,
+            **({"schedule": gate.record()} if gate else {})}
