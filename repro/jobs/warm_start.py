@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.files import atomic_write_text, cache_dir, locked, weights_sha256
+from repro.files import atomic_write_bytes, atomic_write_text, cache_dir, locked, weights_sha256
 from repro.jobs.rollouts import RolloutOptions, RolloutRunner
 from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.proxy import ProxyConfig
@@ -83,6 +83,12 @@ def sft_identity(sft: SftConfig) -> dict[str, Any]:
     return settings
 
 
+def hash_tasks(digest: Any, tasks: list[Task]) -> None:
+    """Feed what a demonstration depends on from each task (id, commit, gold patch) into ``digest``."""
+    for task in tasks:
+        digest.update(f"{task.instance_id}\0{task.base_commit}\0{task.patch}\0".encode())
+
+
 def demos_key(base_model: Path, tasks: list[Task], harness_identity: dict[str, Any], cfg: WarmStartConfig,
               platform_text: str) -> str:
     """Hash of everything that determines the demonstrations' rows: the tokenizer files (not the weights: the
@@ -92,8 +98,7 @@ def demos_key(base_model: Path, tasks: list[Task], harness_identity: dict[str, A
     for name in TOKENIZER_FILES:
         path = Path(base_model) / name
         digest.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"") + b"\0")
-    for task in tasks:
-        digest.update(f"{task.instance_id}\0{task.base_commit}\0{task.patch}\0".encode())
+    hash_tasks(digest, tasks)
     payload = {"harness": harness_identity, "expert": EXPERT_VERSION, "mode": cfg.sample_mode,
                "sft_data": SFT_DATA_VERSION, "platform": platform_text,
                "slip": [cfg.expert_slip_rate, cfg.expert_slip_seed, *cfg.expert_slip_operators],
@@ -112,11 +117,8 @@ class DemoRow:
 
 def save_demo_rows(path: Path, rows: list[Any], rollouts: int) -> None:
     """``rows`` (their ids and masks, in order) to a gzipped JSON file, written whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     payload = {"rollouts": rollouts, "rows": [[list(r.input_ids), list(r.loss_mask)] for r in rows]}
-    tmp.write_bytes(gzip.compress(json.dumps(payload, separators=(",", ":")).encode(), mtime=0))
-    tmp.replace(path)
+    atomic_write_bytes(path, gzip.compress(json.dumps(payload, separators=(",", ":")).encode(), mtime=0))
 
 
 def load_demo_rows(path: Path) -> tuple[list[DemoRow], int]:
@@ -146,8 +148,7 @@ def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[s
     line (:func:`prompt_platform` of the harness config; default: the host's)."""
     digest = hashlib.sha256()
     digest.update((Path(base_model) / "repro_model.json").read_bytes())
-    for task in tasks:
-        digest.update(f"{task.instance_id}\0{task.base_commit}\0{task.patch}\0".encode())
+    hash_tasks(digest, tasks)
     payload = {"harness": harness_identity, "expert": EXPERT_VERSION, "mode": cfg.sample_mode,
                "sft": sft_identity(cfg.sft), "sft_data": SFT_DATA_VERSION,
                "platform": prompt_platform() if platform_text is None else platform_text}
@@ -202,13 +203,13 @@ def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStar
                tracking: TrackingConfig | None = None) -> tuple[Path, dict[str, Any]]:
     """The warm-start checkpoint (built, or reused from the cache) and what it took; SFT's training loss goes to
     ``tracking``'s tracker (trl's ``report_to``) as the run ``sft-<run dir name>``."""
-    key = warm_start_key(base_model, tasks, agent.identity(), cfg, prompt_platform(getattr(agent, "cfg", None)))
+    identity, platform_text = agent.identity(), prompt_platform(getattr(agent, "cfg", None))
+    key = warm_start_key(base_model, tasks, identity, cfg, platform_text)
     out = cache_dir() / "warm_start" / f"warm-{key}"
     if cfg.use_cache and (out / STATS_FILE).exists():
         stats = json.loads((out / STATS_FILE).read_text())
         return out, {**stats, "cached": True, "path": str(out), "weights_sha256": weights_sha256(out)}
-    platform_text = prompt_platform(getattr(agent, "cfg", None))
-    rows_key = demos_key(base_model, tasks, agent.identity(), cfg, platform_text)
+    rows_key = demos_key(base_model, tasks, identity, cfg, platform_text)
     print(f"phase warm_start_demos: {len(tasks)} expert demonstrations through the harness, demonstrations key "
           f"{rows_key} ({expected('demo', len(tasks))}, or none when cached)", flush=True)
     started = time.monotonic()
