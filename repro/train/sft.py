@@ -20,7 +20,7 @@ from repro.report.progress import duration
 from repro.train.config import SftConfig
 from repro.train.device import base_model, distributed, lora_config, merged_state_dict, resolve_device
 from repro.train.rl import TrainingRow, copy_extras
-from repro.train.sft_schedule import GateCallback, gated_decay, with_gated_schedule
+from repro.train.sft_schedule import GateCallback, LossGatedDecay, gated_decay, step_cap, with_gated_schedule
 
 IGNORE_INDEX = -100
 
@@ -56,24 +56,38 @@ class LabelledLogitsSFTTrainer(SFTTrainer):
 
 class SftProgress(TrainerCallback):
     """``sft: step 300/1875 (16%), loss 0.412, 1m 36s, ~8m 24s left`` at each logging step, instead of the raw
-    log dicts transformers prints."""
+    log dicts transformers prints. Under a loss-gated schedule (``gate``) the total is the end expected so far,
+    with the cap beside it while the decay waits: ``step 300/2813 (11%, at most 5626)``."""
 
-    def __init__(self) -> None:
-        self.started = time.monotonic()
+    def __init__(self, gate: LossGatedDecay | None = None) -> None:
+        self.started, self.gate = time.monotonic(), gate
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **_: Any) -> None:
         if not logs or "loss" not in logs or not state.max_steps:
             return
-        done, total = state.global_step, state.max_steps
+        print(f"sft: {self.line(state.global_step, state.max_steps, logs['loss'])}", flush=True)
+
+    def line(self, done: int, max_steps: int, loss: float) -> str:
+        """The progress text after ``done`` steps."""
+        total = self.gate.expected_end(done) if self.gate else max_steps
+        waiting = f", at most {max_steps}" if self.gate and self.gate.decay_start is None else ""
         elapsed = time.monotonic() - self.started
-        left = elapsed * (total - done) / max(done, 1)
-        print(f"sft: step {done}/{total} ({done / total:.0%}), loss {logs['loss']:.3f}, {duration(elapsed)}, "
-              f"~{duration(left)} left", flush=True)
+        left = elapsed * max(0, total - done) / max(done, 1)
+        return (f"step {done}/{total} ({done / total:.0%}{waiting}), loss {loss:.3f}, {duration(elapsed)}, "
+                f"~{duration(left)} left")
 
 
 def sft_steps(cfg: SftConfig, n_rows: int) -> int:
     """Optimizer steps of a run on ``n_rows`` rows."""
     return max(1, math.ceil(n_rows * cfg.epochs / cfg.batch_size))
+
+
+def gate_note(cfg: SftConfig, steps: int) -> str:
+    """``the decay waits for a loss below 0.6: at most 5626 steps`` for a loss-gated schedule, else ``""``."""
+    if cfg.decay_at_loss <= 0:
+        return ""
+    cap = step_cap(steps, cfg.max_steps_factor)
+    return f"the decay waits for a loss below {cfg.decay_at_loss}: at most {cap} steps"
 
 
 def trl_args(cfg: SftConfig, n_rows: int, work_dir: Path, report_to: str = "none",
@@ -125,7 +139,7 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
     trainer = trainer_class(model=model, args=args, train_dataset=rows_dataset(rows, cfg.max_length),
                             processing_class=tokenizer, peft_config=lora_config(cfg))
     trainer.remove_callback(PrinterCallback)
-    trainer.add_callback(SftProgress())
+    trainer.add_callback(SftProgress(gate))
     if gate:
         trainer.gate = gate
         trainer.add_callback(GateCallback(gate))

@@ -54,6 +54,13 @@ class LossGatedDecay:
         if self.decay_start is None and step >= self.max_steps - self.decay_steps:
             self._start(step, "cap")
 
+    def expected_end(self, step: int) -> int:
+        """The step training ends at, as known at ``step``: the decay's end once it started, else the earliest end
+        still possible (the planned one, or a decay starting now), never past the cap."""
+        if self.decay_start is not None:
+            return self.decay_start + self.decay_steps
+        return min(self.max_steps, max(self.planned_steps, step + self.decay_steps))
+
     def finished(self, step: int) -> bool:
         return self.decay_start is not None and step >= self.decay_start + self.decay_steps
 
@@ -66,12 +73,17 @@ class LossGatedDecay:
                 "decay_start": self.decay_start, "decay_trigger": self.trigger or "none"}
 
 
+def step_cap(planned_steps: int, max_steps_factor: float) -> int:
+    """The most steps a gated schedule may take: ``max_steps_factor`` x the planned ones, never fewer."""
+    return max(planned_steps, math.ceil(planned_steps * max_steps_factor))
+
+
 def gated_decay(planned_steps: int, warmup_steps: int, decay_fraction: float, min_lr_ratio: float,
                 threshold: float, max_steps_factor: float) -> LossGatedDecay:
     """The schedule for ``planned_steps`` (the steps of the configured epochs) and its cap."""
     decay = max(1, int(planned_steps * decay_fraction))
     return LossGatedDecay(planned_steps, min(warmup_steps, planned_steps // 2), decay, min_lr_ratio, threshold,
-                          max(planned_steps, math.ceil(planned_steps * max_steps_factor)))
+                          step_cap(planned_steps, max_steps_factor))
 
 
 class GateCallback(TrainerCallback):

@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from repro.jobs.miniature import ArmConfig, MiniatureConfig, miniature_phases
 from repro.report import eta
 from repro.runner import compose_config
+from repro.train.sft import sft_steps
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +38,11 @@ def test_the_default_miniature_plans_every_phase_with_its_units() -> None:
     assert phases["probe"] == ("probe_sample", flt.pool * flt.k)
     assert phases["rl (proxy loop)"] == ("rl_rollout_proxy", rl.steps * rl.tasks_per_step * rl.samples_per_task)
     assert "probe" not in {n for n, _, _ in _default_phases(["rl_filter.enabled=false"])}
+    planned = sft_steps(instantiate(ws.sft), ws.n_demo_tasks)
+    cap = f"warm_start_sft (the decay waits for a loss below {ws.sft.decay_at_loss}: at most {2 * planned} steps)"
+    assert ws.sft.decay_at_loss > 0 and ws.sft.max_steps_factor == 2.0 and phases[cap] == ("sft_step", planned)
+    fixed = {n: (k, u) for n, k, u in _default_phases(["warm_start.sft.decay_at_loss=0"])}
+    assert fixed["warm_start_sft"] == ("sft_step", planned)
 
 
 def test_a_fresh_machine_estimates_from_the_reference_rates_and_then_from_its_own() -> None:

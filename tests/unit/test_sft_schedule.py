@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from repro.train.config import SftConfig
-from repro.train.sft import sft_train
+from repro.train.sft import SftProgress, sft_train
 from repro.train.sft_schedule import LossGatedDecay, gated_decay
 
 
@@ -87,3 +87,14 @@ def test_sft_stops_when_the_decay_ends(tiny_model_dir: Path, tmp_path: Path, thr
     # the optimizer followed the gate: near the floor when the decay ended (a schedule planned over the cap's 32
     # steps would still be at the peak at step 16)
     assert stats["learning_rate_last"] < 0.4 * cfg.learning_rate
+
+
+def test_progress_counts_to_the_expected_end_and_names_the_cap_while_the_decay_waits() -> None:
+    gate = gated_decay(100, 10, 0.3, 0.1, threshold=0.5, max_steps_factor=2.0)
+    progress = SftProgress(gate)
+    assert progress.line(20, 200, 1.0).startswith("step 20/100 (20%, at most 200), loss 1.000")
+    assert progress.line(150, 200, 1.0).startswith("step 150/180 (83%, at most 200)")  # a decay starting now
+    gate.observe(150, 0.3)
+    assert gate.expected_end(150) == 180
+    assert progress.line(160, 200, 0.3).startswith("step 160/180 (89%), loss 0.300")
+    assert SftProgress().line(20, 200, 1.0).startswith("step 20/200 (10%), loss 1.000")
