@@ -52,6 +52,8 @@ is driven by ``mini_swe_agent_v1.MiniSweAgentV1Harness``.
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 import platform
@@ -339,7 +341,13 @@ SWEBENCH_CONFIGS = ("config/benchmarks/swebench.yaml", "config/extra/swebench.ya
 
 
 def swebench_config(site_packages: Path) -> dict[str, Any]:
-    """The installed mini's own SWE-bench config (what its SWE-bench runner loads), or {} when it has none."""
+    """The installed mini's own SWE-bench config (what its SWE-bench runner loads), or {} when it has none; read
+    once per install (a deep copy each call: callers may change it)."""
+    return copy.deepcopy(_read_swebench_config(Path(site_packages)))
+
+
+@functools.cache
+def _read_swebench_config(site_packages: Path) -> dict[str, Any]:
     for name in SWEBENCH_CONFIGS:
         path = site_packages / "minisweagent" / name
         if path.is_file():
@@ -356,11 +364,11 @@ def swebench_environment(site_packages: Path) -> dict[str, Any]:
 
 
 def rollout_settings(task: str, base_url: str, workdir: Path, container: Any = None,
-                     container_base: dict[str, Any] | None = None) -> dict[str, Any]:
+                     container_base: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
     """The per-rollout overlay (last ``-c`` file): the task, the model endpoint, the working directory; with a
     ``ContainerSpec``, the settings of mini's own ``DockerEnvironment``: ``container_base`` (its SWE-bench
     runner's environment block) with this rollout's image, cwd, ``docker run`` options and command timeout."""
-    environment: dict[str, Any] = {"cwd": str(workdir)}
+    environment: dict[str, Any] = {"cwd": str(workdir), **({"env": dict(env)} if env else {})}
     if container is not None:
         base = dict(container_base or {})
         timeout = int(container.command_timeout_s)

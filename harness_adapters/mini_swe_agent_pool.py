@@ -204,8 +204,9 @@ class MiniSweAgentHarness:
         workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
         rollout_config = output_dir / "config" / ROLLOUT_CONFIG_NAME
         rollout_config.parent.mkdir(parents=True, exist_ok=True)
+        container_base = swebench_environment(self._env.site_packages) if rollout.container is not None else None
         write_yaml(rollout_config, rollout_settings(rollout.task.problem_statement, rollout.base_url, workdir,
-                                                    rollout.container, swebench_environment(self._env.site_packages)))
+                                                    rollout.container, container_base, rollout.env))
         trajectory = output_dir / TRAJECTORY_NAME
         trajectory.unlink(missing_ok=True)
         shared = [self._config_dir / name for name in CONFIG_NAMES.values()]

@@ -101,9 +101,10 @@ def merge_configs(*layers: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def rollout_overlay(base_url: str, workdir: Path) -> dict[str, Any]:
-    """The per-rollout part of the config (endpoint, working directory); 1.x takes the task from ``-t``."""
-    return {k: v for k, v in rollout_settings("", base_url, workdir).items() if k != "run"}
+def rollout_overlay(base_url: str, workdir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The per-rollout part of the config (endpoint, working directory, the commands' environment from the
+    sandbox); 1.x takes the task from ``-t``."""
+    return {k: v for k, v in rollout_settings("", base_url, workdir, env=env).items() if k != "run"}
 
 
 def container_overlay(container: ContainerSpec, swebench_block: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,7 +164,8 @@ class MiniSweAgentV1Harness(PerRolloutHarness):
         """The single config file ``mini`` gets for ``rollout``: base + settings + rollout overlay; in a container,
         mini's SWE-bench config (its runner's templates and environment block) + settings + the container."""
         if rollout.container is None:
-            return merge_configs(self._base, rollout_overlay(rollout.base_url, Path(rollout.workdir).resolve()))
+            return merge_configs(self._base, rollout_overlay(rollout.base_url, Path(rollout.workdir).resolve(),
+                                                             rollout.env))
         overlay = {"model": {"model_kwargs": {"api_base": rollout.base_url}}}
         block = dict(self._container_base.get("environment") or {})
         return merge_configs(self._container_base, overlay, container_overlay(rollout.container, block))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro.protocols import GradeResult, HarnessResult, HarnessRollout
+from repro.protocols import GradeResult, HarnessResult, HarnessRollout, command_env
 from repro.sandbox.docker_engine import ImageMissing
 from repro.sandbox.repos import RepoError
 from repro.tasks.schema import Task
@@ -84,7 +84,8 @@ def _prepare(box: Any, job: SampleJob) -> tuple[Any, HarnessRollout] | SampleOut
         return SampleOutcome(HarnessResult(job.rollout_id, "crashed", reason=f"workspace could not be made: {reason}"),
                              GradeResult("error", reason), "", host_name())
     rollout = HarnessRollout(job.rollout_id, job.task, workspace.path, job.base_url, job.model_name, job.output_dir,
-                             job.timeout_s, container=getattr(workspace, "container_spec", None))
+                             job.timeout_s, container=getattr(workspace, "container_spec", None),
+                             env=command_env(workspace))
     return workspace, rollout
 
 

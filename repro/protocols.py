@@ -75,6 +75,14 @@ class HarnessRollout:
     output_dir: Path
     timeout_s: float
     container: ContainerSpec | None = None  # set: act inside this container (workdir is then a path in it)
+    env: dict[str, str] = field(default_factory=dict)  # for the agent's commands, from the sandbox (see command_env)
+
+
+def command_env(workspace: Any) -> dict[str, str]:
+    """What a workspace asks of the agent's command environment (a local one: ``PATH`` led by the task's
+    interpreter, so ``python`` is the one its tests are graded with, not whatever the host has first on its PATH;
+    a container brings its own)."""
+    return dict(getattr(workspace, "command_env", None) or {})
 
 
 @dataclass

@@ -31,7 +31,7 @@ from repro.evaluation import (
 from repro.evaluation.records import NOT_GRADED_REASON
 from repro.fanout import SampleJob, SampleOutcome, finish_sample
 from repro.jobs.stack import Stack
-from repro.protocols import GradeResult, HarnessResult, HarnessRollout
+from repro.protocols import GradeResult, HarnessResult, HarnessRollout, command_env
 from repro.report.progress import progress
 from repro.sandbox.docker_engine import ImageMissing
 from repro.sandbox.local import LocalSandbox
@@ -186,7 +186,7 @@ class RolloutRunner:
             base_url = f"{self.stack.proxy_url}/rollouts/{rollout_id}/v1"
             rollout = HarnessRollout(rollout_id, task, workspace.path, base_url, self.stack.served_model_name,
                                      self.run_dir / "harness" / rollout_id, self._timeout_s(),
-                                     container=getattr(workspace, "container_spec", None))
+                                     container=getattr(workspace, "container_spec", None), env=command_env(workspace))
             prepared.append((task, sample, workspace, rollout))
         results = self.harness.run([p[3] for p in prepared], self.opts.concurrency) if prepared else []
         jobs = [(*p, result) for p, result in zip(prepared, results, strict=True)]

@@ -14,9 +14,10 @@ turn the prompt the rebuilt loop would send is compared token for token with the
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from repro.protocols import command_env
 from repro.rebuilt.mini_swe_agent import Completion, LoopExit, LoopSpec, RebuiltLoop
 
 EXCERPT_CHARS = 80
@@ -100,7 +101,8 @@ def replay_recorded(store: Any, rollouts: list[Any], tasks: dict[str, Any], box:
         calls = [c for c in store.calls(rollout.rollout_id) if purpose is None or c.purpose == purpose]
         workspace = box.workspace(task, f"replay-{rollout.rollout_id}")
         try:
-            results.append(replay_rollout(calls, task.problem_statement, spec, tokenizer, workspace.path,
+            local = replace(spec, command_env=spec.command_env | command_env(workspace))  # as the harness ran it
+            results.append(replay_rollout(calls, task.problem_statement, local, tokenizer, workspace.path,
                                           rollout.rollout_id, rollout.harness_version))
         finally:
             workspace.cleanup()

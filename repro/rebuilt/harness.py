@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,8 @@ class RebuiltMiniSweAgentHarness:
     def run_one(self, rollout: HarnessRollout) -> HarnessResult:
         started = time.monotonic()
         client = CompletionClient(rollout.base_url, rollout.model_name, self.spec.sampling)
-        loop = RebuiltLoop(self.spec, self.tokenizer, client, rollout.workdir, deadline_s=rollout.timeout_s)
+        spec = replace(self.spec, command_env=self.spec.command_env | rollout.env) if rollout.env else self.spec
+        loop = RebuiltLoop(spec, self.tokenizer, client, rollout.workdir, deadline_s=rollout.timeout_s)
         try:
             exit_status = loop.run(rollout.task.problem_statement)
             status, reason = ("timeout", f"ran past {rollout.timeout_s:g} s") if loop.timed_out else \

@@ -8,6 +8,7 @@ an agent can read other workspaces).
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 import weakref
@@ -44,6 +45,7 @@ class LocalWorkspace:
     base_commit: str
     home: Path
     keep: bool = False
+    command_env: dict[str, str] = field(default_factory=dict)  # the agent's commands: PATH led by the task's python
 
     def diff(self) -> str:
         """The working tree against ``base_commit``, new files included, binary-safe, ``git apply``-able."""
@@ -53,6 +55,15 @@ class LocalWorkspace:
         if not self.keep:
             remove_tree(self.path)
             remove_tree(self.home)
+
+
+def task_path(python: str | None, path: str | None = None) -> str:
+    """``path`` (default: this process's ``PATH``) led by the directory of ``python`` (unchanged without one)."""
+    path = os.environ.get("PATH", os.defpath) if path is None else path
+    if not python:
+        return path
+    first = str(Path(python).parent)
+    return os.pathsep.join([first, *(d for d in path.split(os.pathsep) if d and d != first)])
 
 
 def _dir_name(rollout_id: str) -> str:
@@ -90,7 +101,14 @@ class LocalSandbox:
         remove_tree(home)
         root_commit = make_agent_copy(repo, sha, path)  # the base tree and nothing of the repository's history
         home.mkdir(parents=True)
-        return LocalWorkspace(path, root_commit, home, self.config.keep_workspaces)
+        return LocalWorkspace(path, root_commit, home, self.config.keep_workspaces, self.agent_env())
+
+    def agent_env(self) -> dict[str, str]:
+        """The agent's command environment: ``PATH`` led by the directory of the interpreter that grades the task
+        (its ``python``, ``pytest``), then this process's ``PATH``. Without it ``python`` in an agent's command is
+        whatever the host has first (a version manager's shim costs ~0.1 CPU-s a call here, and another machine
+        may have another Python or none)."""
+        return {"PATH": task_path(self.config.python)}
 
     def grade(self, task: Task, workspace: Workspace) -> GradeResult:
         """Grade the workspace's diff in a fresh copy (the agent's copy itself is never trusted)."""
@@ -108,7 +126,7 @@ class LocalSandbox:
         """``bash -c command`` in the workspace: clean env, rlimits, own process group killed on timeout."""
         home = workspace.home if isinstance(workspace, LocalWorkspace) else self.root / ".homes" / workspace.path.name
         home.mkdir(parents=True, exist_ok=True)
-        return run_limited(["bash", "-c", command], workspace.path, clean_env(home), timeout_s,
+        return run_limited(["bash", "-c", command], workspace.path, clean_env(home, self.agent_env()), timeout_s,
                            self.config.limits)
 
     def close(self) -> None:

@@ -241,3 +241,20 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_rollouts_env_reaches_the_agents_commands(harness: MiniSweAgentHarness, tmp_path: Path) -> None:
+    """The sandbox's command environment (``HarnessRollout.env``, e.g. PATH led by the task's interpreter) is what
+    the agent's shell sees, through mini's own ``environment.env``; a rollout without one keeps the worker's."""
+    bin_dir = tmp_path / "task-bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text("#!/bin/sh\necho task-python\n")
+    (bin_dir / "python").chmod(0o755)
+    command = lambda rollout_id: f"python > out.txt; {SUBMIT}"  # noqa: E731
+    with StubChatServer(tool_call_reply(command)) as stub:
+        rollouts = make_rollouts(tmp_path, stub.url, ["env0", "env1"])
+        rollouts[0].env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+        results = harness.run(rollouts, concurrency=2)
+    assert [r.status for r in results] == ["finished", "finished"]
+    assert (tmp_path / "env0" / "work" / "out.txt").read_text() == "task-python\n"
+    assert (tmp_path / "env1" / "work" / "out.txt").read_text() != "task-python\n"

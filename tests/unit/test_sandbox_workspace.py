@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from repro.sandbox.limits import ResourceLimits
-from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.sandbox.local import LocalSandbox, LocalSandboxConfig, task_path
 from repro.sandbox.repos import RepoError, git, repo_location
 from repro.tasks.schema import Task
 from tests.support import CALC, calc_task, commit_all, make_calc_repo, make_sandbox
@@ -145,6 +146,21 @@ def test_commands_see_no_secrets(sandbox: LocalSandbox, task: Task, monkeypatch:
     result = sandbox.run(sandbox.workspace(task, "env"), "env", timeout_s=10)
     assert result.exit_code == 0 and "PATH=" in result.output
     assert "OPENAI_API_KEY" not in result.output and "sk-fake-secret" not in result.output
+
+
+def test_the_agents_python_is_the_task_interpreter(sandbox: LocalSandbox, task: Task) -> None:
+    """A workspace's command environment leads PATH with the grading interpreter's directory (the task's python),
+    and sandboxed commands resolve ``python`` there, whatever the host has first on its PATH."""
+    ws = sandbox.workspace(task, "py")
+    first = ws.command_env["PATH"].split(os.pathsep)[0]
+    assert first == str(Path(sandbox.config.python).parent)
+    result = sandbox.run(ws, "command -v python", timeout_s=10)
+    assert result.output.strip() == str(Path(first) / "python")
+
+
+def test_task_path_leads_with_the_interpreter_once() -> None:
+    assert task_path("/opt/py/bin/python3", "/usr/bin:/opt/py/bin:/bin") == "/opt/py/bin:/usr/bin:/bin"
+    assert task_path(None, "/usr/bin") == "/usr/bin"
 
 
 def test_timeout_kills_the_process_group(sandbox: LocalSandbox, task: Task) -> None:
