@@ -32,6 +32,7 @@ class CpuServingConfig:
     max_batch_size: int = 8
     torch_threads: int = 1
     default_max_tokens: int = 128
+    prefix_cache_tokens: int = 65536  # the engine's prefix cache (repro.serving.prefix_cache; 0: off)
     max_model_len: int | None = None  # context limit (None: the model's max_position_embeddings), as vLLM's flag
     expert_tasks: Path | None = None  # a tasks JSONL: serve the scripted expert (gold fixes) instead of the model
 
@@ -41,6 +42,7 @@ class CpuServingConfig:
         return CpuServerArgs(**{
             "model": Path(model_dir), "port": port, "served_model_name": self.served_model_name,
             "max_batch_size": self.max_batch_size, "torch_threads": self.torch_threads,
+            "prefix_cache_tokens": self.prefix_cache_tokens,
             "default_max_tokens": self.default_max_tokens, "max_model_len": self.max_model_len,
             "expert_tasks": Path(expert) if expert else None, **overrides})
 

@@ -35,6 +35,8 @@ class CpuServerArgs:
     max_batch_size: int = 8
     batch_window_ms: float = field(default=5.0, metadata={"help": "how long to collect a batch"})
     torch_threads: int = 1
+    prefix_cache_tokens: int = field(default=0, metadata={
+        "help": "keep finished rows' keys/values (this many tokens in all) for prompts that extend them (0: off)"})
     default_max_tokens: int = field(default=256, metadata={"help": "chat max_tokens when a request sets none"})
     max_model_len: int | None = field(default=None, metadata={"help": "default: max_position_embeddings"})
     max_logprobs: int = 20
@@ -93,7 +95,8 @@ class CpuServerArgs:
 
         engine = EngineConfig(model_dir=Path(self.model), max_batch_size=self.max_batch_size,
                               batch_window_s=self.batch_window_ms / 1000, torch_threads=self.torch_threads,
-                              default_max_tokens=self.default_max_tokens, max_model_len=self.max_model_len)
+                              default_max_tokens=self.default_max_tokens, max_model_len=self.max_model_len,
+                              prefix_cache_tokens=self.prefix_cache_tokens)
         return ServerConfig(engine=engine, host=self.host, port=self.port, served_model_name=self.served_model_name,
                             max_logprobs=self.max_logprobs, log_level=self.log_level, expert_tasks=self.expert_tasks,
                             expert_slip_rate=self.expert_slip_rate, expert_slip_seed=self.expert_slip_seed,

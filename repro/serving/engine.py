@@ -33,6 +33,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from repro.serving.prefix_cache import PrefixCache, stacked_prefix
 from repro.serving.sampling import TextTracker, sample_row
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class EngineConfig:
     torch_threads: int | None = 1  # 1 is fastest for tiny models on few cores; None: torch default
     default_max_tokens: int = 256
     max_model_len: int | None = None  # None: the model's max_position_embeddings
+    prefix_cache_tokens: int = 0  # > 0: keep finished rows' keys/values (this many tokens in all) for later calls
 
 
 
@@ -148,6 +150,7 @@ class BatchRow:
         self.eos_ids = eos_ids
         self.stop_ids = eos_ids | set(req.params.stop_token_ids)
         self.n_generated = 0
+        self.generated: list[int] = []
 
     def top_logprobs(self, logprobs: torch.Tensor) -> list[tuple[int, float]] | None:
         """The row's requested top-k (id, logprob) pairs of one position, or None when none were asked."""
@@ -159,6 +162,7 @@ class BatchRow:
     def step(self, token_id: int, logprob: float, top: list[tuple[int, float]] | None) -> bool:
         """Record a sampled token; emit its events; return True when the row is finished."""
         self.n_generated += 1
+        self.generated.append(token_id)
         if token_id in self.stop_ids:
             self.req.emit(TokenEvent(token_id, logprob, top, ""))
             stop_reason = None if token_id in self.eos_ids else token_id
@@ -194,6 +198,7 @@ class Engine:
         self._pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.loaded_dir = Path(config.model_dir)
         self._pending: queue.Queue[EngineRequest | _Control | None] = queue.Queue()
+        self.prefix = PrefixCache(config.prefix_cache_tokens) if config.prefix_cache_tokens > 0 else None
         self._thread = threading.Thread(target=self._run, name="repro-engine", daemon=True)
         self._closed = False
         self._thread.start()
@@ -260,6 +265,8 @@ class Engine:
         The generation config (eos ids, sampling defaults) stays the one the engine started with."""
         model.generation_config = self.model.generation_config
         self.model, self.loaded_dir = model.eval(), Path(model_dir)
+        if self.prefix is not None:
+            self.prefix.clear()  # the kept keys and values are the old weights'
 
     def close(self) -> None:
         """Stop the engine thread (pending requests are dropped, pending control calls cancelled)."""
@@ -314,16 +321,43 @@ class Engine:
                 if isinstance(item, _Control):
                     item.future.cancel()
 
+    def _prefill_inputs(self, batch: list[EngineRequest]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                     DynamicCache]:
+        """``(input_ids, attention mask, position ids, cache)`` of a batch's prefill. Each row's kept prefix (see
+        :mod:`repro.serving.prefix_cache`) goes into the cache right-aligned in ``cached`` columns and only the rest
+        of its prompt is fed, right-aligned in ``span`` columns; unused columns are masked. Without kept prefixes
+        this is the plain left-padded batch."""
+        hits = [self.prefix.lookup(req.prompt_ids) if self.prefix is not None else (0, None) for req in batch]
+        cached = max(n for n, _ in hits)
+        rests = [req.prompt_ids[n:] for req, (n, _) in zip(batch, hits, strict=True)]
+        span = max(len(rest) for rest in rests)
+        input_ids = torch.full((len(batch), span), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), cached + span), dtype=torch.long)
+        for i, ((n, _), rest) in enumerate(zip(hits, rests, strict=True)):
+            mask[i, cached - n : cached] = 1
+            mask[i, cached + span - len(rest) :] = 1
+            input_ids[i, span - len(rest) :] = torch.tensor(rest)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, cached:]
+        cache = DynamicCache(config=self.model.config)
+        if cached:
+            like = next(layers for n, layers in hits if n and layers is not None)
+            for layer, (keys, values) in enumerate(stacked_prefix(hits, len(like), cached, like)):
+                cache.update(keys, values, layer)
+        return input_ids, mask, positions, cache
+
+    def _keep_finished(self, rows: list[BatchRow], finished: list[int], cache: DynamicCache,
+                       mask: torch.Tensor) -> None:
+        """Keep the finished rows' keys and values (their prompt and the sampled tokens fed back) for later calls."""
+        if self.prefix is None:
+            return
+        for i in finished:
+            columns = mask[i].bool()
+            ids = (rows[i].req.prompt_ids + rows[i].generated)[: int(columns.sum())]
+            self.prefix.store(ids, [(layer.keys[i][:, columns], layer.values[i][:, columns]) for layer in cache.layers])
+
     def _generate_batch(self, batch: list[EngineRequest]) -> None:
         rows = [BatchRow(req, self._decoder, self.eos_ids) for req in batch]
-        width = max(len(r.prompt_ids) for r in batch)
-        input_ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, req in enumerate(batch):
-            input_ids[i, width - len(req.prompt_ids) :] = torch.tensor(req.prompt_ids)
-            mask[i, width - len(req.prompt_ids) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
+        input_ids, mask, positions, cache = self._prefill_inputs(batch)
         out = self.model(
             input_ids=input_ids,
             attention_mask=mask,
@@ -345,6 +379,8 @@ class Engine:
                 if not row.step(token_id, float(logprobs[i, token_id]), row.top_logprobs(logprobs[i])):
                     keep.append(i)
                     next_ids.append(token_id)
+            kept = set(keep)
+            self._keep_finished(rows, [i for i in range(len(rows)) if i not in kept], cache, mask)
             if not keep:
                 return
             if len(keep) < len(rows):
