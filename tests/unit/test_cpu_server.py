@@ -374,7 +374,7 @@ def test_server_args_round_trip_through_their_argv(tmp_path: Path, monkeypatch: 
                             batch_window_ms=2.5, torch_threads=2, default_max_tokens=64, max_model_len=4096,
                             max_logprobs=5, log_level="info", expert_tasks=tmp_path / "t.jsonl", expert_slip_rate=0.4,
                             expert_slip_seed=7, expert_slip_operators=("flip", "off_by_one"),
-                            scenarios=tmp_path / "s.json")
+                            scenarios=tmp_path / "s.json", prefix_cache_tokens=1024)
     defaults = [f.name for f in dataclasses.fields(CpuServerArgs) if getattr(changed, f.name) == f.default]
     assert defaults == ["api_key"]  # every other field differs from its default, so each flag is exercised
     assert parse_server_flags(changed.to_argv()) == changed
