@@ -27,15 +27,15 @@ def _read() -> dict[str, float]:
     return {k: float(v) for k, v in data.items() if isinstance(v, int | float)} if isinstance(data, dict) else {}
 
 
-# Seconds per unit of each kind on the reference machine (2-core Intel Xeon with AVX-512, mini_repro defaults,
+# Seconds per unit of each kind on the reference machine (2-core AMD EPYC with AVX-512, no AMX, mini_repro defaults,
 # Dec 2026): the estimate a fresh machine starts from. Update with the rates a new default measures.
-REFERENCE_RATES: dict[str, float] = {  # outputs/mini_repro/20261203-184539 (seed 1, cold, uncontended, 2-core EPYC)
-    "demo": 0.136,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 6.8 min)
-    "sft_step": 0.192,          # one SFT step, batch 8, labelled_logits (2,813 in 9.0 min)
-    "eval_sample": 0.41,        # one frozen-evaluation sample, 4 calls, graded (800 in 5.5 min)
-    "probe_sample": 0.40,       # one probe rollout (512 in 3.4 min)
-    "rl_rollout_proxy": 0.415,  # one RL rollout including its share of the update (1,536 in 10.6 min)
-    "rl_rollout_rebuilt": 0.415,
+REFERENCE_RATES: dict[str, float] = {  # outputs/mini_repro/20261204-205001 (seed 0, cold, fresh clone, 2-core EPYC)
+    "demo": 0.062,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 3.1 min)
+    "sft_step": 0.117,          # one SFT step, batch 8, labelled_logits (2,943 in 5.7 min)
+    "eval_sample": 0.26,        # one frozen-evaluation sample, 4 calls, graded (200 in 52 s)
+    "probe_sample": 0.234,      # one probe rollout (256 in 60 s)
+    "rl_rollout_proxy": 0.292,  # one RL rollout including its share of the update (768 in 3.7 min)
+    "rl_rollout_rebuilt": 0.292,
 }
 
 
