@@ -29,7 +29,8 @@ def _read() -> dict[str, float]:
 
 # Seconds per unit of each kind on the reference machine (2-core AMD EPYC with AVX-512, no AMX, mini_repro defaults,
 # Dec 2026): the estimate a fresh machine starts from. Update with the rates a new default measures.
-REFERENCE_RATES: dict[str, float] = {  # outputs/mini_repro/20261204-205001 (seed 0, cold, fresh clone, 2-core EPYC; the slower of two cold runs)
+# From outputs/mini_repro/20261204-205001 (seed 0, cold, fresh clone, 2-core EPYC: the slower of two cold runs).
+REFERENCE_RATES: dict[str, float] = {
     "demo": 0.062,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 3.1 min)
     "sft_step": 0.117,          # one SFT step, batch 8, labelled_logits (2,943 in 5.7 min)
     "eval_sample": 0.26,        # one frozen-evaluation sample, 4 calls, graded (200 in 52 s)
