@@ -149,8 +149,7 @@ class BatchRow:
         self.tracker = TextTracker(tokenizer, req.params.stop)
         self.eos_ids = eos_ids
         self.stop_ids = eos_ids | set(req.params.stop_token_ids)
-        self.n_generated = 0
-        self.generated: list[int] = []
+        self.generated: list[int] = []  # the sampled ids, in order
 
     def top_logprobs(self, logprobs: torch.Tensor) -> list[tuple[int, float]] | None:
         """The row's requested top-k (id, logprob) pairs of one position, or None when none were asked."""
@@ -161,7 +160,6 @@ class BatchRow:
 
     def step(self, token_id: int, logprob: float, top: list[tuple[int, float]] | None) -> bool:
         """Record a sampled token; emit its events; return True when the row is finished."""
-        self.n_generated += 1
         self.generated.append(token_id)
         if token_id in self.stop_ids:
             self.req.emit(TokenEvent(token_id, logprob, top, ""))
@@ -173,7 +171,7 @@ class BatchRow:
         if stop is not None:
             self.req.emit(FinishEvent("stop", stop, ""))
             return True
-        if self.n_generated >= self.req.max_tokens:
+        if len(self.generated) >= self.req.max_tokens:
             self.req.emit(FinishEvent("length", None, self.tracker.flush()))
             return True
         return False
@@ -341,7 +339,7 @@ class Engine:
         cache = DynamicCache(config=self.model.config)
         if cached:
             like = next(layers for n, layers in hits if n and layers is not None)
-            for layer, (keys, values) in enumerate(stacked_prefix(hits, len(like), cached, like)):
+            for layer, (keys, values) in enumerate(stacked_prefix(hits, cached, like)):
                 cache.update(keys, values, layer)
         return input_ids, mask, positions, cache
 

@@ -76,13 +76,13 @@ class PrefixCache:
             del self._lengths[n]
 
 
-def stacked_prefix(entries: Sequence[tuple[int, list[LayerKV] | None]], n_layers: int, width: int,
+def stacked_prefix(entries: Sequence[tuple[int, list[LayerKV] | None]], width: int,
                    like: list[LayerKV]) -> list[LayerKV]:
     """Per layer, the rows' kept keys and values right-aligned in ``width`` columns (zeros where a row has fewer,
-    masked out by the caller): ``[rows, kv_heads, width, head_dim]``. ``like``: any entry's layers (shape, dtype)."""
+    masked out by the caller): ``[rows, kv_heads, width, head_dim]``. ``like``: any entry's layers (their number,
+    shapes and dtype)."""
     out = []
-    for layer in range(n_layers):
-        k0, v0 = like[layer]
+    for layer, (k0, v0) in enumerate(like):
         keys = k0.new_zeros((len(entries), k0.shape[0], width, k0.shape[2]))
         values = v0.new_zeros((len(entries), v0.shape[0], width, v0.shape[2]))
         for i, (n, layers) in enumerate(entries):

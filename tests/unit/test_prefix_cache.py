@@ -65,7 +65,7 @@ def test_budget_and_matches_hold_for_any_sequence_of_stores(stored: list[list[in
 
 def test_stacked_prefix_right_aligns_each_row() -> None:
     rows = [(2, layers_of(2, 1.0)), (0, None), (3, layers_of(3, 2.0))]
-    (keys, values), = stacked_prefix(rows, 1, 3, layers_of(1))
+    (keys, values), = stacked_prefix(rows, 3, layers_of(1))
     assert keys.shape == (3, 2, 3, 4)
     assert keys[0, 0, :, 0].tolist() == [0.0, 1.0, 1.0] and keys[1].abs().sum() == 0
     assert values[2, 0, :, 0].tolist() == [-2.0, -2.0, -2.0]
