@@ -70,14 +70,20 @@ def prompt_platform(harness_cfg: Any = None) -> str:
 def sft_identity(sft: SftConfig) -> dict[str, Any]:
     """The SFT settings in the key; an option added later is left out at the value that reproduces the old
     behaviour, so warm starts trained before it existed stay valid (``sampling="random"``, ``max_length=0``,
-    ``labelled_logits=False``, ``decay_at_loss=0``, the device settings)."""
+    ``labelled_logits=False``, ``decay_at_loss=0``, ``holdout_every=0``, ``decay_at_reproduced=0``, the device
+    settings)."""
     settings = non_default_device_settings(asdict(sft))
     if settings.get("sampling") == "random":
         del settings["sampling"]
     for option in ("max_length", "labelled_logits"):
         if not settings.get(option):
             settings.pop(option, None)
-    if not settings.get("decay_at_loss"):  # the fixed schedule: its cap means nothing
+    if not settings.get("decay_at_reproduced"):
+        settings.pop("decay_at_reproduced", None)
+    if not settings.get("holdout_every"):  # no rows held out: nothing scored
+        settings.pop("holdout_every", None)
+        settings.pop("holdout_steps", None)
+    if not (settings.get("decay_at_loss") or settings.get("decay_at_reproduced")):  # fixed: its cap means nothing
         settings.pop("decay_at_loss", None)
         settings.pop("max_steps_factor", None)
     return settings

@@ -71,7 +71,11 @@ class SftConfig(DeviceSettings):
     max_length: int = 0  # > 0: each row keeps only its last max_length tokens (left-truncated); 0: whole rows
     labelled_logits: bool = False  # the LM head on labelled positions only (trl does so on Triton devices only)
     decay_at_loss: float = 0.0  # > 0: the decay waits until the logged loss is below this (repro.train.sft_schedule)
-    max_steps_factor: float = 2.0  # with decay_at_loss: at most this many times the epochs' steps in all
+    max_steps_factor: float = 2.0  # with a gated decay: at most this many times the epochs' steps in all
+    holdout_every: int = 0  # > 0: every N-th row is held out of training and scored (repro.train.sft_holdout)
+    holdout_steps: int = 100  # with holdout_every: score the held-out rows every this many steps
+    decay_at_reproduced: float = 0.0  # > 0: the decay waits until this share of held-out later actions is
+    # reproduced (needs holdout_every; instead of decay_at_loss)
 
 
 @dataclass

@@ -20,7 +20,8 @@ from repro.report.progress import duration
 from repro.train.config import SftConfig
 from repro.train.device import base_model, distributed, lora_config, merged_state_dict, resolve_device
 from repro.train.rl import TrainingRow, copy_extras
-from repro.train.sft_schedule import GateCallback, LossGatedDecay, gated_decay, step_cap, with_gated_schedule
+from repro.train.sft_holdout import HoldoutCallback, split_holdout
+from repro.train.sft_schedule import GateCallback, GatedDecay, gated_decay, step_cap, with_gated_schedule
 
 IGNORE_INDEX = -100
 
@@ -59,7 +60,7 @@ class SftProgress(TrainerCallback):
     log dicts transformers prints. Under a loss-gated schedule (``gate``) the total is the end expected so far,
     with the cap beside it while the decay waits: ``step 300/2813 (11%, at most 5626)``."""
 
-    def __init__(self, gate: LossGatedDecay | None = None) -> None:
+    def __init__(self, gate: GatedDecay | None = None) -> None:
         self.started, self.gate = time.monotonic(), gate
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **_: Any) -> None:
@@ -77,17 +78,36 @@ class SftProgress(TrainerCallback):
                 f"~{duration(left)} left")
 
 
+def trained_rows(cfg: SftConfig, n_rows: int) -> int:
+    """How many of ``n_rows`` demonstration rows SFT trains on (the rest are held out)."""
+    return n_rows - (len(range(0, n_rows, cfg.holdout_every)) if cfg.holdout_every > 0 else 0)
+
+
 def sft_steps(cfg: SftConfig, n_rows: int) -> int:
-    """Optimizer steps of a run on ``n_rows`` rows."""
-    return max(1, math.ceil(n_rows * cfg.epochs / cfg.batch_size))
+    """Optimizer steps of a run on ``n_rows`` demonstration rows (held-out ones excluded)."""
+    return max(1, math.ceil(trained_rows(cfg, n_rows) * cfg.epochs / cfg.batch_size))
+
+
+def gate_metric(cfg: SftConfig) -> tuple[str, float] | None:
+    """The gated decay's ``(metric, threshold)``, or None for the fixed schedule."""
+    if cfg.decay_at_reproduced > 0:
+        if cfg.holdout_every <= 0:
+            raise ValueError("warm_start.sft.decay_at_reproduced needs held-out rows: set warm_start.sft.holdout_every")
+        if cfg.decay_at_loss > 0:
+            raise ValueError("set one of warm_start.sft.decay_at_loss and decay_at_reproduced, not both")
+        return "reproduced", cfg.decay_at_reproduced
+    return ("loss", cfg.decay_at_loss) if cfg.decay_at_loss > 0 else None
 
 
 def gate_note(cfg: SftConfig, steps: int) -> str:
-    """``the decay waits for a loss below 0.6: at most 5626 steps`` for a loss-gated schedule, else ``""``."""
-    if cfg.decay_at_loss <= 0:
+    """``the decay waits for a loss below 0.6: at most 5626 steps`` (or for a share of held-out later actions
+    reproduced) for a gated schedule, else ``""``."""
+    gate = gate_metric(cfg)
+    if gate is None:
         return ""
     cap = step_cap(steps, cfg.max_steps_factor)
-    return f"the decay waits for a loss below {cfg.decay_at_loss}: at most {cap} steps"
+    wait = f"a loss below {gate[1]}" if gate[0] == "loss" else f"{gate[1]:.0%} of held-out later actions reproduced"
+    return f"the decay waits for {wait}: at most {cap} steps"
 
 
 def trl_args(cfg: SftConfig, n_rows: int, work_dir: Path, report_to: str = "none",
@@ -118,7 +138,7 @@ def fsdp_option(cfg: SftConfig) -> str:
 
 
 def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: SftConfig, report_to: str = "none",
-              run_name: str | None = None) -> dict[str, Any]:
+              run_name: str | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict[str, Any]:
     """Fine-tune the checkpoint in ``model_dir`` on ``rows``; save a servable checkpoint to ``out_dir``;
     ``report_to``: transformers' tracker (inside ``repro.tracking.trainer_reporting``)."""
     if not rows:
@@ -128,9 +148,11 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
     started = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    planned = sft_steps(cfg, len(rows))
-    gate = gated_decay(planned, cfg.warmup_steps, cfg.decay_fraction, cfg.min_lr_ratio, cfg.decay_at_loss,
-                       cfg.max_steps_factor) if cfg.decay_at_loss > 0 else None
+    metric = gate_metric(cfg)
+    rows, held_out = split_holdout(rows, cfg.holdout_every)
+    planned = sft_steps(cfg, len(rows) + len(held_out))
+    gate = gated_decay(planned, cfg.warmup_steps, cfg.decay_fraction, cfg.min_lr_ratio, metric[1],
+                       cfg.max_steps_factor, metric[0]) if metric else None
     args = trl_args(cfg, len(rows), Path(out_dir).with_name(Path(out_dir).name + ".trainer"), report_to, run_name,
                     gate.max_steps if gate else None)
     trainer_class = LabelledLogitsSFTTrainer if cfg.labelled_logits else SFTTrainer
@@ -140,13 +162,17 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
                             processing_class=tokenizer, peft_config=lora_config(cfg))
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(SftProgress(gate))
+    holdout = HoldoutCallback(held_out, cfg.holdout_steps, gate, tokenizer.pad_token_id or 0) if held_out else None
+    for callback in [*callbacks, *([holdout] if holdout else [])]:
+        trainer.add_callback(callback)
+    held = f" ({len(held_out)} held out)" if held_out else ""
     if gate:
         trainer.gate = gate
         trainer.add_callback(GateCallback(gate))
-        print(f"sft: {len(rows)} rows, {planned} steps of {cfg.batch_size} planned; the decay waits for a loss below "
-              f"{cfg.decay_at_loss} (at most {gate.max_steps} steps)", flush=True)
+        print(f"sft: {len(rows)} rows{held}, {planned} steps of {cfg.batch_size} planned; "
+              f"{gate_note(cfg, planned)}", flush=True)
     else:
-        print(f"sft: {len(rows)} rows, {args.max_steps} steps of {cfg.batch_size}", flush=True)
+        print(f"sft: {len(rows)} rows{held}, {args.max_steps} steps of {cfg.batch_size}", flush=True)
     try:
         result = trainer.train()
     finally:
@@ -167,4 +193,4 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
             "train_loss": result.training_loss, "loss_first": losses[0] if losses else None,
             "loss_last": losses[-1] if losses else None, "tokens_per_s": tokens / max(seconds, 1e-9),
             "learning_rate_last": rates[-1] if rates else None,
-            **({"schedule": gate.record()} if gate else {})}
+            **({"schedule": gate.record()} if gate else {}), **({"holdout": holdout.record()} if holdout else {})}

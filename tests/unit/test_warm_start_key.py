@@ -70,6 +70,23 @@ def test_max_length_enters_the_key_only_when_set(base_model: Path) -> None:
     assert warm_start_key(base_model, [_task(0)], {}, cut) != warm_start_key(base_model, [_task(0)], {}, cfg)
 
 
+def test_held_out_rows_and_their_gate_enter_the_key_only_when_set(base_model: Path) -> None:
+    """No rows held out keeps earlier warm starts' keys; holding rows out, or gating on them, is another warm start."""
+    from dataclasses import replace
+
+    from repro.jobs.warm_start import sft_identity
+
+    cfg = WarmStartConfig()
+    plain = sft_identity(cfg.sft)
+    assert not {"holdout_every", "holdout_steps", "decay_at_reproduced"} & set(plain)
+    held = replace(cfg, sft=replace(cfg.sft, holdout_every=25))
+    gated = replace(held, sft=replace(held.sft, decay_at_reproduced=0.2))
+    assert sft_identity(held.sft)["holdout_every"] == 25 and "max_steps_factor" not in sft_identity(held.sft)
+    assert sft_identity(gated.sft)["decay_at_reproduced"] == 0.2 and "max_steps_factor" in sft_identity(gated.sft)
+    keys = {warm_start_key(base_model, [_task(0)], {}, c) for c in (cfg, held, gated)}
+    assert len(keys) == 3
+
+
 def test_a_demonstration_max_tokens_cap_enters_the_key_only_when_set(base_model: Path) -> None:
     from dataclasses import replace
 
