@@ -58,8 +58,8 @@ class HoldoutScore:
         return {"actions": self.actions, "later_actions": self.later_actions, "tokens": self.tokens}
 
 
-def _greedy_hits(model: Any, rows: Sequence[Row], pad_id: int) -> list[list[bool]]:
-    """Per row, whether the greedy token at each labelled position equals the label (rows right-padded)."""
+def _greedy_hits(model: Any, rows: Sequence[Row], pad_id: int) -> list[dict[int, bool]]:
+    """Per row, for each labelled position, whether the greedy token there equals the label (rows right-padded)."""
     width = max(len(r.input_ids) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
@@ -69,12 +69,13 @@ def _greedy_hits(model: Any, rows: Sequence[Row], pad_id: int) -> list[list[bool
     hidden = model.get_decoder()(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
     hits = []
     for i, r in enumerate(rows):
-        positions = torch.as_tensor([t for t, m in enumerate(r.loss_mask) if m and t > 0], dtype=torch.long)
-        if positions.numel() == 0:
-            hits.append([])
+        labelled = [t for t, m in enumerate(r.loss_mask) if m and t > 0]
+        if not labelled:
+            hits.append({})
             continue
+        positions = torch.as_tensor(labelled, dtype=torch.long)
         guess = model.get_output_embeddings()(hidden[i, positions - 1]).argmax(-1)
-        hits.append((guess == ids[i, positions]).tolist())
+        hits.append(dict(zip(labelled, (guess == ids[i, positions]).tolist(), strict=True)))
     return hits
 
 
@@ -90,13 +91,12 @@ def score_holdout(model: Any, rows: Sequence[Row], batch_size: int = 16, pad_id:
         for start in range(0, len(rows), batch_size):
             batch = rows[start: start + batch_size]
             for row, hits in zip(batch, _greedy_hits(model, batch, pad_id), strict=True):
-                by_position = dict(zip([t for t, m in enumerate(row.loss_mask) if m and t > 0], hits, strict=True))
                 for n, (a, b) in enumerate(action_spans(row.loss_mask)):
-                    whole = all(by_position.get(t, False) for t in range(a, b))
+                    whole = all(hits.get(t, False) for t in range(a, b))
                     actions, actions_hit = actions + 1, actions_hit + whole
                     if n:
                         later, later_hit = later + 1, later_hit + whole
-                tokens, tokens_hit = tokens + len(hits), tokens_hit + sum(hits)
+                tokens, tokens_hit = tokens + len(hits), tokens_hit + sum(hits.values())
     finally:
         model.train(was_training)
     return HoldoutScore(actions_hit / max(actions, 1), later_hit / max(later, 1), tokens_hit / max(tokens, 1))
