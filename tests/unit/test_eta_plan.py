@@ -39,9 +39,11 @@ def test_the_default_miniature_plans_every_phase_with_its_units() -> None:
     assert phases["rl (proxy loop)"] == ("rl_rollout_proxy", rl.steps * rl.tasks_per_step * rl.samples_per_task)
     assert "probe" not in {n for n, _, _ in _default_phases(["rl_filter.enabled=false"])}
     planned = sft_steps(instantiate(ws.sft), ws.n_demo_tasks)
-    cap = f"warm_start_sft (the decay waits for a loss below {ws.sft.decay_at_loss}: at most {2 * planned} steps)"
-    assert ws.sft.decay_at_loss > 0 and ws.sft.max_steps_factor == 2.0 and phases[cap] == ("sft_step", planned)
-    fixed = {n: (k, u) for n, k, u in _default_phases(["warm_start.sft.decay_at_loss=0"])}
+    gated = (f"warm_start_sft (the decay waits for {ws.sft.decay_at_reproduced:.0%} of held-out later actions "
+             f"reproduced: at most {2 * planned} steps)")
+    assert ws.sft.decay_at_reproduced > 0 and ws.sft.max_steps_factor == 2.0
+    assert phases[gated] == ("sft_step", 2 * planned)  # planned at the cap, where every measured seed ended
+    fixed = {n: (k, u) for n, k, u in _default_phases(["warm_start.sft.decay_at_reproduced=0"])}
     assert fixed["warm_start_sft"] == ("sft_step", planned)
 
 
