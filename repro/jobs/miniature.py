@@ -106,16 +106,14 @@ class Miniature:
 
 def miniature_phases(cfg: MiniatureConfig, arm: ArmConfig) -> list[tuple[str, str, float]]:
     """The phases of one arm of the miniature, ``(name, rate kind, units)``, for :func:`repro.report.eta.plan_text`
-    (SFT steps counted as one row per demonstration, which ``prefix_merge`` gives; a gated schedule at its cap, where
-    every measured seed of the default ended)."""
-    from repro.train.sft import gate_metric, gate_note, sft_steps
-    from repro.train.sft_schedule import step_cap
+    (SFT steps counted as one row per demonstration, which ``prefix_merge`` gives; a gated schedule at its cap)."""
+    from repro.train.sft import gate_note, planned_steps, sft_steps
 
     ws, rl, flt = cfg.warm_start, arm.rl, arm.task_filter
     samples = cfg.tasks.n_tasks * cfg.eval.k
     steps = sft_steps(ws.sft, ws.n_demo_tasks)
     gate = gate_note(ws.sft, steps)
-    sft_units = step_cap(steps, ws.sft.max_steps_factor) if gate_metric(ws.sft) else steps
+    sft_units = planned_steps(ws.sft, ws.n_demo_tasks)
     phases = [("warm_start_demos", "demo", ws.n_demo_tasks),
               (f"warm_start_sft ({gate})" if gate else "warm_start_sft", "sft_step", sft_units),
               ("eval_before", "eval_sample", samples)]

