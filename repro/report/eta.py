@@ -31,12 +31,12 @@ def _read() -> dict[str, float]:
 # Dec 2026): the estimate a fresh machine starts from. Update with the rates a new default measures.
 # From outputs/mini_repro/20261204-205001 (seed 0, cold, fresh clone, 2-core EPYC: the slower of two cold runs).
 REFERENCE_RATES: dict[str, float] = {
-    "demo": 0.062,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 3.1 min)
-    "sft_step": 0.117,          # one SFT step, batch 8, labelled_logits (2,943 in 5.7 min)
-    "eval_sample": 0.26,        # one frozen-evaluation sample, 4 calls, graded (200 in 52 s)
-    "probe_sample": 0.234,      # one probe rollout (256 in 60 s)
-    "rl_rollout_proxy": 0.292,  # one RL rollout including its share of the update (768 in 3.7 min)
-    "rl_rollout_rebuilt": 0.292,
+    "demo": 0.076,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 3.8 min)
+    "sft_step": 0.165,          # one SFT step, batch 8, labelled_logits, held-out scoring (5,310 in 14.6 min)
+    "eval_sample": 0.22,        # one frozen-evaluation sample, 4 calls, graded (200 in 44 s)
+    "probe_sample": 0.167,      # one probe rollout (256 in 43 s)
+    "rl_rollout_proxy": 0.257,  # one RL rollout including its share of the update (768 in 3.3 min)
+    "rl_rollout_rebuilt": 0.257,
 }
 
 

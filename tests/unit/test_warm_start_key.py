@@ -87,6 +87,22 @@ def test_held_out_rows_and_their_gate_enter_the_key_only_when_set(base_model: Pa
     assert len(keys) == 3
 
 
+def test_a_whole_number_typed_for_a_float_setting_keeps_the_key(base_model: Path) -> None:
+    """``warm_start.sft.decay_at_loss=0`` on the command line (an int) is the default 0.0: the same warm start (a run
+    with that override once trained its warm start again under another key)."""
+    from dataclasses import replace
+
+    from repro.train.config import SftConfig
+
+    gated = SftConfig(holdout_every=25, decay_at_reproduced=0.2)
+    typed = SftConfig(holdout_every=25, decay_at_reproduced=0.2, decay_at_loss=0, learning_rate=3, epochs=8)
+    assert isinstance(typed.decay_at_loss, float) and isinstance(typed.learning_rate, float)
+    assert isinstance(typed.holdout_every, int) and typed.bf16 is False
+    cfg = WarmStartConfig(sft=gated)
+    same = WarmStartConfig(sft=replace(typed, learning_rate=gated.learning_rate, epochs=gated.epochs))
+    assert warm_start_key(base_model, [_task(0)], {}, same) == warm_start_key(base_model, [_task(0)], {}, cfg)
+
+
 def test_a_demonstration_max_tokens_cap_enters_the_key_only_when_set(base_model: Path) -> None:
     from dataclasses import replace
 
