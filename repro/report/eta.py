@@ -29,7 +29,7 @@ def _read() -> dict[str, float]:
 
 # Seconds per unit of each kind on the reference machine (2-core AMD EPYC with AVX-512, no AMX, mini_repro defaults,
 # Dec 2026): the estimate a fresh machine starts from. Update with the rates a new default measures.
-# From outputs/mini_repro/20261204-205001 (seed 0, cold, fresh clone, 2-core EPYC: the slower of two cold runs).
+# From results/runs/mini_repro/20261205-031448 (seed 4 of the gated default, cold, new machine, 2-core EPYC).
 REFERENCE_RATES: dict[str, float] = {
     "demo": 0.076,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 3.8 min)
     "sft_step": 0.165,          # one SFT step, batch 8, labelled_logits, held-out scoring (5,310 in 14.6 min)
