@@ -6,7 +6,8 @@ validation split in the real harness. A measurement script, not a job: nothing h
     python scripts/warm_start_lab.py sft OUT DEMOS '{"batch_size": 8, "epochs": 7.5}' '{"num_layers": 2}' [overrides...]
     python scripts/warm_start_lab.py eval MODEL_DIR OUT N_TASKS K [overrides...]
 
-``sft``'s first JSON overrides ``warm_start.sft`` (plus ``n_rows``: train on the first N rows), the second the model
+``sft``'s first JSON overrides ``warm_start.sft`` (plus ``n_rows``: train on the first N rows; ``one_call_share``: keep
+this share of the one-action rows, a seeded draw, and every row of several actions), the second the model
 config (a changed architecture gets its own base model; the tokenizer, and so the rows, stay the same).
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import random
 import sys
 import time
 from pathlib import Path
@@ -31,6 +33,7 @@ from repro.runner import compose_config
 from repro.sandbox.select import make_sandbox
 from repro.tinymodel.recipe import build_recipe_model
 from repro.train.sft import sft_train
+from repro.train.sft_holdout import action_spans
 
 PARTS = ("model", "serving", "proxy", "harness", "train_tasks", "tasks", "sandbox", "eval", "warm_start")
 
@@ -66,6 +69,12 @@ def demos(out: Path, overrides: list[str]) -> None:
                       "tokens_max": lengths[-1], "labelled_mean": sum(sum(r.loss_mask) for r in rows) / len(rows)}))
 
 
+def keep_one_call_share(rows: list[Row], share: float, seed: int = 0) -> list[Row]:
+    """Every row of several actions, and ``share`` of the one-action rows (a seeded draw, order kept)."""
+    draw = random.Random(seed)
+    return [r for r in rows if len(action_spans(r.loss_mask)) > 1 or draw.random() < share]
+
+
 def sft(out: Path, demo_dir: Path, sft_json: str, model_json: str, overrides: list[str]) -> None:
     p, harness = parts(overrides)
     _, train = load_task_set(p["train_tasks"])
@@ -75,6 +84,7 @@ def sft(out: Path, demo_dir: Path, sft_json: str, model_json: str, overrides: li
     rows = [Row(a, b) for a, b in pickle.loads((demo_dir / "rows.pkl").read_bytes())]
     changes = json.loads(sft_json)
     rows = rows[: changes.pop("n_rows", None) or len(rows)]
+    rows = keep_one_call_share(rows, changes.pop("one_call_share", 1.0))
     print("RESULT", json.dumps(sft_train(base, rows, out, dataclasses.replace(p["warm_start"].sft, **changes))))
 
 

@@ -29,14 +29,14 @@ def _read() -> dict[str, float]:
 
 # Seconds per unit of each kind on the reference machine (2-core AMD EPYC with AVX-512, no AMX, mini_repro defaults,
 # Dec 2026): the estimate a fresh machine starts from. Update with the rates a new default measures.
-# From results/runs/mini_repro/20261205-031448 (seed 4 of the gated default, cold, new machine, 2-core EPYC).
+# From results/runs/mini_repro/20261205-064438 (seed 0 of the locate-only default, cold, 2-core EPYC).
 REFERENCE_RATES: dict[str, float] = {
-    "demo": 0.076,              # one expert demonstration through mini-SWE-agent 2.4.6 (3,000 in 3.8 min)
-    "sft_step": 0.165,          # one SFT step, batch 8, labelled_logits, held-out scoring (5,310 in 14.6 min)
-    "eval_sample": 0.22,        # one frozen-evaluation sample, 4 calls, graded (200 in 44 s)
-    "probe_sample": 0.167,      # one probe rollout (256 in 43 s)
-    "rl_rollout_proxy": 0.257,  # one RL rollout including its share of the update (768 in 3.3 min)
-    "rl_rollout_rebuilt": 0.257,
+    "demo": 0.086,              # one expert demonstration through mini-SWE-agent 2.4.6 (1,600 in 2.3 min)
+    "sft_step": 0.201,          # one SFT step, batch 8, labelled_logits, held-out scoring (2,732 in 9.1 min)
+    "eval_sample": 0.227,       # one frozen-evaluation sample, ~3.9 calls, graded (400 in 91 s)
+    "probe_sample": 0.183,      # one probe rollout (256 in 47 s)
+    "rl_rollout_proxy": 0.234,  # one RL rollout including its share of the update (768 in 3.0 min)
+    "rl_rollout_rebuilt": 0.234,
 }
 
 
