@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from repro.dataclass_floats import coerce_floats
 from repro.seeding import eval_seed
 from repro.tasks.schema import Task
 
@@ -56,16 +56,6 @@ def tasks_sha256(tasks: Iterable[Task]) -> str:
         row.pop("repo_path", None)
         rows.append(row)
     return sha256_bytes(canonical_json(rows).encode())
-
-
-def _coerce_floats(obj: Any) -> None:
-    """Store float-annotated fields as floats, so ``temperature=1`` and ``1.0`` fingerprint alike."""
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        if "float" in str(f.type) and isinstance(value, int | float) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                raise ValueError(f"{type(obj).__name__}.{f.name} must be finite, got {value}")
-            object.__setattr__(obj, f.name, float(value))
 
 
 @dataclass(frozen=True)
@@ -114,7 +104,7 @@ class SamplingSpec:
     seed: int | None = 0  # the base of every sample's seed (see EvalSpec.sample_seed)
 
     def __post_init__(self) -> None:
-        _coerce_floats(self)
+        coerce_floats(self, require_finite=True)
 
 
 @dataclass(frozen=True)
@@ -125,7 +115,7 @@ class LimitsSpec:
     time_limit_s: float = 600.0
 
     def __post_init__(self) -> None:
-        _coerce_floats(self)
+        coerce_floats(self, require_finite=True)
 
 
 @dataclass(frozen=True)
@@ -140,7 +130,7 @@ class SandboxSpec:
     settings: dict[str, Any] = field(default_factory=dict)  # e.g. docker image digests
 
     def __post_init__(self) -> None:
-        _coerce_floats(self)
+        coerce_floats(self, require_finite=True)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@ per phase (Hydra groups mirror them one to one). No torch here: the torch side i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
+
+from repro.dataclass_floats import coerce_floats
 
 DEVICES = ("cpu", "cuda", "auto")
 WEIGHTINGS = ("rollout", "fragment")
@@ -37,15 +39,6 @@ class DeviceSettings:
             raise ValueError(f"trainer device must be one of {DEVICES}, got {self.device!r}")
         if self.lora_rank < 0:
             raise ValueError(f"lora_rank must be >= 0 (0: full fine-tuning), got {self.lora_rank}")
-
-
-def coerce_floats(settings: Any) -> None:
-    """Whole numbers given for float fields become floats (``decay_at_loss=0`` on the command line is an int): a
-    setting's value, not how it was typed, is what enters a cache key (``0`` and ``0.0`` hash differently)."""
-    for spec in fields(settings):
-        value = getattr(settings, spec.name)
-        if spec.type in (float, "float") and isinstance(value, int) and not isinstance(value, bool):
-            setattr(settings, spec.name, float(value))
 
 
 DEFAULT_DEVICE_SETTINGS = DeviceSettings()
