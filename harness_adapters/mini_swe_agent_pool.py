@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,49 @@ class _Worker:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+
+class _Source:
+    """The rollouts of one streaming run, taken one at a time, numbered in order (ids checked unique); ``peek``
+    pulls the next one from the iterator without taking it, so no worker is started for a stream that has ended."""
+
+    def __init__(self, rollouts: Iterable[HarnessRollout]) -> None:
+        self._rollouts, self._ids = iter(rollouts), set[str]()
+        self._next: tuple[int, HarnessRollout] | None = None
+        self.by_index: dict[int, HarnessRollout] = {}
+        self.count, self.exhausted = 0, False
+
+    def peek(self) -> tuple[int, HarnessRollout] | None:
+        """The next ``(index, rollout)`` (pulled from the iterator once), or None (and ``exhausted``) at the end."""
+        if self._next is None and not self.exhausted:
+            rollout = next(self._rollouts, None)
+            if rollout is None:
+                self.exhausted = True
+                return None
+            if rollout.rollout_id in self._ids:
+                raise ValueError("rollout ids must be unique within a run")
+            self._ids.add(rollout.rollout_id)
+            self._next, self.count = (self.count, rollout), self.count + 1
+        return self._next
+
+    def take(self) -> tuple[int, HarnessRollout]:
+        """The item :meth:`peek` returned, now in flight."""
+        item, self._next = self._next, None
+        if item is None:
+            raise RuntimeError("take() without a peeked rollout")
+        self.by_index[item[0]] = item[1]
+        return item
+
+
+class _ResultSink(dict[int, HarnessResult]):
+    """Where the scheduler records a result (``sink[index] = result``): handed on at once to ``on_result``."""
+
+    def __init__(self, source: _Source, on_result: Callable[[HarnessRollout, HarnessResult], None]) -> None:
+        super().__init__()
+        self._source, self._on_result = source, on_result
+
+    def __setitem__(self, index: int, result: HarnessResult) -> None:
+        self._on_result(self._source.by_index.pop(index), result)
 
 
 class MiniSweAgentHarness:
@@ -136,18 +180,30 @@ class MiniSweAgentHarness:
     def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
         """Run ``rollouts`` with at most ``concurrency`` in flight; one result per rollout, in order."""
         check_batch(rollouts, concurrency)
+        results: dict[str, HarnessResult] = {}
+        self.run_each(rollouts, concurrency, lambda r, result: results.__setitem__(r.rollout_id, result))
+        return [results[r.rollout_id] for r in rollouts]
+
+    def run_each(self, rollouts: Iterable[HarnessRollout], concurrency: int,
+                 on_result: Callable[[HarnessRollout, HarnessResult], None]) -> int:
+        """Streaming :meth:`run` (``repro.protocols.StreamingHarness``): the next rollout is taken from
+        ``rollouts`` (lazily) whenever fewer than ``concurrency`` are in flight, and ``on_result`` gets each result
+        on this thread as soon as it ends. Returns how many ran."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         with self._lock:
-            pending = list(enumerate(rollouts))[::-1]
-            results: dict[int, HarnessResult] = {}
+            source = _Source(rollouts)
+            sink = _ResultSink(source, on_result)
             self._drain_events()
             try:
-                while pending or self._n_in_flight():
-                    self._fill(pending, concurrency)
-                    self._pump(results)
+                while True:
+                    self._fill(source, concurrency)
+                    if source.exhausted and not self._n_in_flight():
+                        return source.count
+                    self._pump(sink)
             except BaseException:
                 self._abort()
                 raise
-            return [results[i] for i in range(len(rollouts))]
 
     def close(self) -> None:
         """Stop the workers (EOF, then SIGKILL for stragglers) and drop the state dir if it was temporary."""
@@ -171,13 +227,12 @@ class MiniSweAgentHarness:
     def _n_in_flight(self) -> int:
         return sum(len(w.in_flight) for w in self._slots if w is not None)
 
-    def _fill(self, pending: list[tuple[int, HarnessRollout]], concurrency: int) -> None:
-        while pending and self._n_in_flight() < concurrency:
+    def _fill(self, source: _Source, concurrency: int) -> None:
+        while self._n_in_flight() < concurrency and source.peek() is not None:
             worker = self._pick_worker()
             if worker is None:
                 return
-            index, rollout = pending.pop()
-            self._send(worker, index, rollout)
+            self._send(worker, *source.take())
 
     def _pick_worker(self) -> _Worker | None:
         """The usable worker with the fewest rollouts in flight, (re)starting idle dead or draining ones."""

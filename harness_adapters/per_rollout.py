@@ -7,11 +7,12 @@ import json
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from harness_adapters.processes import run_in_threads
+from harness_adapters.processes import run_in_threads, stream_in_threads
 from repro.protocols import HarnessResult, HarnessRollout
 
 
@@ -48,6 +49,12 @@ class PerRolloutHarness(ABC):
     def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
         """Run ``rollouts`` with at most ``concurrency`` harness processes at once; results in order."""
         return run_in_threads(rollouts, concurrency, self.run_one, self.thread_prefix)
+
+    def run_each(self, rollouts: Iterable[HarnessRollout], concurrency: int,
+                 on_result: Callable[[HarnessRollout, HarnessResult], None]) -> int:
+        """Streaming :meth:`run` (``repro.protocols.StreamingHarness``): rollouts taken as slots free up, each
+        result handed to ``on_result`` as it ends; returns how many ran."""
+        return stream_in_threads(rollouts, concurrency, self.run_one, on_result, self.thread_prefix)
 
     def write_record(self, path: Path, result: HarnessResult, command: list[str]) -> None:
         """The adapter's record of one rollout at ``path``: its result, the harness identity and the command."""

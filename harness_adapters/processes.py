@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,15 +161,47 @@ def run_in_threads(rollouts: list[HarnessRollout], concurrency: int,
     """``run_one`` for each rollout, at most ``concurrency`` at once; results in order. If anything escapes (an
     interrupt), the rest is cancelled and every process left in the rollouts' workdirs is killed."""
     check_batch(rollouts, concurrency)
+    results: dict[str, HarnessResult] = {}
+    stream_in_threads(rollouts, concurrency, run_one, lambda r, result: results.__setitem__(r.rollout_id, result),
+                      name)
+    return [results[r.rollout_id] for r in rollouts]
+
+
+def stream_in_threads(rollouts: Iterable[HarnessRollout], concurrency: int,
+                      run_one: Callable[[HarnessRollout], HarnessResult],
+                      on_result: Callable[[HarnessRollout, HarnessResult], None], name: str) -> int:
+    """The streaming form of :func:`run_in_threads`: the next rollout is taken from ``rollouts`` (lazily: an
+    iterator may prepare it then) only when fewer than ``concurrency`` run, and ``on_result`` gets each result on
+    the calling thread as soon as it ends (in the order they end). Returns how many ran; ids must be unique."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    source, seen, count = iter(rollouts), set(), 0
+    ended: queue.Queue[Future[HarnessResult]] = queue.Queue()
+    running: dict[Future[HarnessResult], HarnessRollout] = {}
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=name)
-    futures: list[Future[HarnessResult]] = []
+    exhausted = False
     try:
-        futures = [pool.submit(run_one, rollout) for rollout in rollouts]
-        return [future.result() for future in futures]
+        while True:
+            while not exhausted and len(running) < concurrency:
+                rollout = next(source, None)
+                if rollout is None:
+                    exhausted = True
+                    break
+                if rollout.rollout_id in seen:
+                    raise ValueError("rollout ids must be unique within a run")
+                seen.add(rollout.rollout_id)
+                future = pool.submit(run_one, rollout)
+                running[future] = rollout
+                future.add_done_callback(ended.put)
+            if not running:
+                return count
+            future = ended.get()
+            on_result(running.pop(future), future.result())
+            count += 1
     except BaseException:
-        for future in futures:
+        for future in running:
             future.cancel()
-        kill_processes_under([Path(r.workdir) for r in rollouts])  # the running harnesses and their commands
+        kill_processes_under([Path(r.workdir) for r in running.values()])  # the running harnesses and their commands
         raise
     finally:
         pool.shutdown(wait=True)

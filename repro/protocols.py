@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, Self
@@ -119,3 +120,16 @@ class Harness(Protocol):
     def __enter__(self) -> Self: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+class StreamingHarness(Harness, Protocol):
+    """A harness that also runs a stream (every adapter here): ``run_each`` takes the next rollout from
+    ``rollouts`` only when fewer than ``concurrency`` are in flight (so an iterator may prepare each rollout's
+    workspace just in time) and hands each result to ``on_result`` as soon as it ends, on the calling thread.
+    :class:`repro.jobs.rollouts.RolloutRunner` uses it to keep ``concurrency`` rollouts running all the time,
+    instead of batches that wait for their slowest rollout and leave the model server idle while the next batch's
+    workspaces are made and the last one's graded."""
+
+    def run_each(self, rollouts: Iterable[HarnessRollout], concurrency: int,
+                 on_result: Callable[[HarnessRollout, HarnessResult], None]) -> int:
+        """Run the stream; returns how many rollouts ran."""

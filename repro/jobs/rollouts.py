@@ -8,11 +8,13 @@ deterministic given (task, patch), so identical patches of one task are graded o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,27 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class _Raise:
+    """What the prefetch thread hands on when it fails: the harness's thread raises ``exc``."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_END = object()  # the prefetch thread's last item
+
+
+def _drain(ready: queue.Queue[Any]) -> Iterator[HarnessRollout]:
+    """The prepared rollouts in order, until the prefetch thread's ``_END`` (its exception raised here)."""
+    while True:
+        item = ready.get()
+        if item is _END:
+            return
+        if isinstance(item, _Raise):
+            raise item.exc
+        yield item
+
+
 def _batches(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -122,11 +145,92 @@ class RolloutRunner:
         pending = pending_samples(self.run_dir, list(self.tasks), self.opts.k, self.opts.retry_infra)
         reports: list[InstanceReport] = []
         with progress(len(pending), label) as bar:
+            if hasattr(self.harness, "run_each") and not hasattr(self.harness, "run_samples"):
+                return self._run_stream(pending, bar)
             for batch in _batches(pending, max(1, self.opts.concurrency * 2)):
                 batch_reports = self._run_batch(batch)
                 reports += batch_reports
                 bar.advance(len(batch_reports), note=self._tally(reports))
         return reports
+
+    def _run_stream(self, pending: list[tuple[str, int]], bar: Any) -> list[InstanceReport]:
+        """Every pending sample with ``concurrency`` rollouts in flight all the time (``StreamingHarness``): a
+        prefetch thread registers each sample and makes its workspace ahead of need, the harness takes them as
+        slots free up, and each finished rollout is graded and recorded on the grading pool at once. Reports come
+        back in ``pending``'s order."""
+        ready: queue.Queue[Any] = queue.Queue(maxsize=max(1, self.opts.concurrency))
+        stop, prepared, failed = threading.Event(), {}, []
+        feeder = threading.Thread(target=self._prefetch, args=(pending, ready, stop, prepared, failed),
+                                  name="rollout-prefetch", daemon=True)
+        futures: list[Future[InstanceReport]] = []
+        done: list[InstanceReport] = []
+        lock = threading.Lock()
+
+        def advance(future: Future[InstanceReport]) -> None:
+            if future.exception() is None:
+                with lock:
+                    done.append(future.result())
+                    note = self._tally(done)
+                bar.advance(1, note=note)
+
+        def on_result(rollout: HarnessRollout, result: HarnessResult) -> None:
+            task, sample, workspace, started = prepared.pop(rollout.rollout_id)
+            future = self.pool.submit(self._finish, task, sample, workspace, rollout, result, started)
+            future.add_done_callback(advance)
+            futures.append(future)
+
+        feeder.start()
+        try:
+            self.harness.run_each(_drain(ready), self.opts.concurrency, on_result)
+        finally:
+            stop.set()
+            feeder.join()
+        reports = [future.result() for future in futures]
+        for failure in failed:
+            reports.append(self._infra_failure(*failure))
+            bar.advance(1, note=self._tally(reports))
+        order = {key: i for i, key in enumerate(pending)}
+        return sorted(reports, key=lambda r: order[(r.instance_id, r.sample)])
+
+    def _prefetch(self, pending: list[tuple[str, int]], ready: queue.Queue[Any], stop: threading.Event,
+                  prepared: dict[str, Any], failed: list[Any]) -> None:
+        """Register each sample and make its workspace, in order, at most ``concurrency`` ahead of the harness;
+        ends the stream with ``_END`` (or the exception that stopped it)."""
+        try:
+            for instance_id, sample in pending:
+                item = self._prepare(instance_id, sample, prepared, failed)
+                while item is not None and not stop.is_set():
+                    with contextlib.suppress(queue.Full):
+                        ready.put(item, timeout=0.2)
+                        break
+                if stop.is_set():
+                    return
+        except BaseException as exc:  # handed to the harness's thread, which raises it
+            ready.put(_Raise(exc))
+            return
+        ready.put(_END)
+
+    def _prepare(self, instance_id: str, sample: int, prepared: dict[str, Any],
+                 failed: list[Any]) -> HarnessRollout | None:
+        """The sample registered and its workspace made: its rollout, or None (a workspace that could not be
+        made is an infrastructure failure, kept in ``failed``)."""
+        started = time.time()
+        rollout_id = self._register(instance_id, sample)
+        task = self.tasks[instance_id]
+        try:
+            workspace = self.sandbox.workspace(task, rollout_id)
+        except (RepoError, ImageMissing) as exc:
+            failed.append((task, sample, rollout_id, str(exc), started))
+            return None
+        rollout = self._rollout(task, rollout_id, workspace)
+        prepared[rollout_id] = (task, sample, workspace, started)
+        return rollout
+
+    def _rollout(self, task: Task, rollout_id: str, workspace: Any) -> HarnessRollout:
+        base_url = f"{self.stack.proxy_url}/rollouts/{rollout_id}/v1"
+        return HarnessRollout(rollout_id, task, workspace.path, base_url, self.stack.served_model_name,
+                              self.run_dir / "harness" / rollout_id, self._timeout_s(),
+                              container=getattr(workspace, "container_spec", None), env=command_env(workspace))
 
     def _tally(self, reports: list[InstanceReport]) -> str:
         """``done, 11 resolved, 1 infra failure`` (ungraded phases: ``done``)."""
@@ -183,11 +287,7 @@ class RolloutRunner:
             except (RepoError, ImageMissing) as exc:
                 failed.append((task, sample, rollout_id, str(exc)))
                 continue
-            base_url = f"{self.stack.proxy_url}/rollouts/{rollout_id}/v1"
-            rollout = HarnessRollout(rollout_id, task, workspace.path, base_url, self.stack.served_model_name,
-                                     self.run_dir / "harness" / rollout_id, self._timeout_s(),
-                                     container=getattr(workspace, "container_spec", None), env=command_env(workspace))
-            prepared.append((task, sample, workspace, rollout))
+            prepared.append((task, sample, workspace, self._rollout(task, rollout_id, workspace)))
         results = self.harness.run([p[3] for p in prepared], self.opts.concurrency) if prepared else []
         jobs = [(*p, result) for p, result in zip(prepared, results, strict=True)]
         reports = list(self.pool.map(lambda job: self._finish(*job, started), jobs))

@@ -8,7 +8,7 @@ import hashlib
 import json
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -23,6 +23,7 @@ from harness_adapters.mini_swe_agent import (
     harness_settings,
     harness_tools,
 )
+from harness_adapters.processes import stream_in_threads
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.rebuilt.mini_swe_agent import WRITTEN_FOR, CompletionClient, LoopSpec, RebuiltLoop
 
@@ -98,6 +99,11 @@ class RebuiltMiniSweAgentHarness:
     def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
         with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="rebuilt") as pool:
             return list(pool.map(self.run_one, rollouts))
+
+    def run_each(self, rollouts: Iterable[HarnessRollout], concurrency: int,
+                 on_result: Callable[[HarnessRollout, HarnessResult], None]) -> int:
+        """Streaming :meth:`run` (``repro.protocols.StreamingHarness``)."""
+        return stream_in_threads(rollouts, max(1, concurrency), self.run_one, on_result, "rebuilt")
 
     def run_one(self, rollout: HarnessRollout) -> HarnessResult:
         started = time.monotonic()
