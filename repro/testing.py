@@ -15,12 +15,13 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
 import orjson
 
+from harness_adapters.processes import stream_in_threads
 from repro.asgi import SSE_HEADERS, Receive, Send, read_body, send_bytes
 from repro.protocols import HarnessResult, HarnessRollout
 
@@ -310,6 +311,30 @@ class FakeHarness:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class FakeStreamingHarness(FakeHarness):
+    """:class:`FakeHarness` with ``run_each`` (``repro.protocols.StreamingHarness``): each rollout takes
+    ``delay_s`` on a thread; ``max_in_flight`` is the most that ran at once."""
+
+    def __init__(self, cfg: Any = None, delay_s: float = 0.01) -> None:
+        super().__init__(cfg)
+        self.delay_s, self.in_flight, self.max_in_flight = delay_s, 0, 0
+        self._lock = threading.Lock()
+
+    def _run_one(self, rollout: HarnessRollout) -> HarnessResult:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.seen.append(rollout)
+        time.sleep(self.delay_s)
+        with self._lock:
+            self.in_flight -= 1
+        return HarnessResult(rollout.rollout_id, "finished")
+
+    def run_each(self, rollouts: Iterable[HarnessRollout], concurrency: int,
+                 on_result: Callable[[HarnessRollout, HarnessResult], None]) -> int:
+        return stream_in_threads(rollouts, concurrency, self._run_one, on_result, "fake")
 
 
 StubReply = Callable[[str, dict[str, Any]], tuple[int, dict[str, Any]]]  # (rollout id, body) -> (status, body)

@@ -29,14 +29,14 @@ def _read() -> dict[str, float]:
 
 # Seconds per unit of each kind on the reference machine (2-core AMD EPYC with AVX-512, no AMX, mini_repro defaults,
 # Dec 2026): the estimate a fresh machine starts from. Update with the rates a new default measures.
-# From results/runs/mini_repro/20261205-064438 (seed 0 of the locate-only default, cold, 2-core EPYC).
+# From results/runs/mini_repro/20261205-093714 (seed 0 of the default, cold, rollouts streamed, 2-core EPYC).
 REFERENCE_RATES: dict[str, float] = {
-    "demo": 0.086,              # one expert demonstration through mini-SWE-agent 2.4.6 (1,600 in 2.3 min)
-    "sft_step": 0.201,          # one SFT step, batch 8, labelled_logits, held-out scoring (2,732 in 9.1 min)
-    "eval_sample": 0.227,       # one frozen-evaluation sample, ~3.9 calls, graded (400 in 91 s)
-    "probe_sample": 0.183,      # one probe rollout (256 in 47 s)
-    "rl_rollout_proxy": 0.234,  # one RL rollout including its share of the update (768 in 3.0 min)
-    "rl_rollout_rebuilt": 0.234,
+    "demo": 0.063,              # one expert demonstration through mini-SWE-agent 2.4.6 (1,600 in 1.7 min, streamed)
+    "sft_step": 0.200,          # one SFT step, batch 8, labelled_logits, held-out scoring (2,516 in 8.4 min)
+    "eval_sample": 0.202,       # one frozen-evaluation sample, ~3.9 calls, graded (300 in 61 s)
+    "probe_sample": 0.181,      # one probe rollout (192 in 35 s)
+    "rl_rollout_proxy": 0.225,  # one RL rollout including its share of the update (576 in 2.2 min)
+    "rl_rollout_rebuilt": 0.225,
 }
 
 
