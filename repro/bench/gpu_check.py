@@ -4,7 +4,7 @@ transformers, one policy-gradient step and a weight sync into the running vLLM. 
 Steps (each recorded as passed / failed / skipped with its time, details and compute):
 
 1. ``build_model``: the tiny checkpoint (``repro.tinymodel.recipe.tiny_model``; head_dim 64) and a copy to serve.
-2. ``serve``: ``vllm serve`` (``repro.serving.vllm_launcher``, dev mode, eager) and the recording proxy in front.
+2. ``serve``: vLLM's server (``repro.serving.vllm_launcher``, dev mode, eager) and the recording proxy in front.
 3. ``rollouts``: >= 8 mini-SWE-agent rollouts on bundled tasks through the proxy (``run_frozen_eval`` of the
    frozen evaluation, graded); without the harness env, plain chat calls through the proxy instead (``proxy_calls``).
 4. ``logprob_check``: recorded token ids / logprobs vs a teacher-forced transformers pass on the same checkpoint.
@@ -288,7 +288,7 @@ def _tiny_checkpoint(ctx: Context, notes: dict[str, Any]) -> Path:
 
 
 def vllm_config(model_dir: Path, port: int, dtype: str, cfg: GpuCheckConfig, startup_s: float) -> Any:
-    """The ``vllm serve`` settings of the check: eager (no graph capture: faster start), a quarter of the GPU."""
+    """The vLLM server settings of the check: eager (no graph capture: faster start), a quarter of the GPU."""
     from repro.serving.vllm_launcher import VLLMConfig
 
     return VLLMConfig(model=str(model_dir), port=port, served_model_name=SERVED_NAME, dtype=dtype,

