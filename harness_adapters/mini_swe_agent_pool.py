@@ -50,7 +50,14 @@ from harness_adapters.mini_swe_agent import (
     write_harness_config,
     write_yaml,
 )
-from harness_adapters.processes import check_batch, kill_processes_under, last_line, tail
+from harness_adapters.processes import (
+    check_batch,
+    check_concurrency,
+    kill_processes_under,
+    last_line,
+    tail,
+    unique_rollouts,
+)
 from harness_adapters.worker_process import Event, WorkerProcess, WorkerStartError
 from repro.protocols import HarnessResult, HarnessRollout
 
@@ -88,7 +95,7 @@ class _Source:
     pulls the next one from the iterator without taking it, so no worker is started for a stream that has ended."""
 
     def __init__(self, rollouts: Iterable[HarnessRollout]) -> None:
-        self._rollouts, self._ids = iter(rollouts), set[str]()
+        self._rollouts = unique_rollouts(rollouts)
         self._next: tuple[int, HarnessRollout] | None = None
         self.by_index: dict[int, HarnessRollout] = {}
         self.count, self.exhausted = 0, False
@@ -100,9 +107,6 @@ class _Source:
             if rollout is None:
                 self.exhausted = True
                 return None
-            if rollout.rollout_id in self._ids:
-                raise ValueError("rollout ids must be unique within a run")
-            self._ids.add(rollout.rollout_id)
             self._next, self.count = (self.count, rollout), self.count + 1
         return self._next
 
@@ -189,8 +193,7 @@ class MiniSweAgentHarness:
         """Streaming :meth:`run` (``repro.protocols.StreamingHarness``): the next rollout is taken from
         ``rollouts`` (lazily) whenever fewer than ``concurrency`` are in flight, and ``on_result`` gets each result
         on this thread as soon as it ends. Returns how many ran."""
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        check_concurrency(concurrency)
         with self._lock:
             source = _Source(rollouts)
             sink = _ResultSink(source, on_result)

@@ -11,7 +11,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +21,7 @@ import psutil
 from repro.protocols import HarnessResult, HarnessRollout
 
 TAIL_CHARS = 4000
+DUPLICATE_IDS = "rollout ids must be unique within a run"
 DUMMY_API_KEY = "sk-repro-dummy"  # harnesses get this, never a real key
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 
@@ -147,13 +148,28 @@ def isolated_env(home: Path, *, extra_dirs: Sequence[str] = ()) -> dict[str, str
     }
 
 
-def check_batch(rollouts: Sequence[HarnessRollout], concurrency: int) -> None:
-    """ValueError unless ``concurrency`` >= 1 and the rollout ids are unique."""
+def check_concurrency(concurrency: int) -> None:
+    """ValueError unless ``concurrency`` >= 1."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+
+
+def check_batch(rollouts: Sequence[HarnessRollout], concurrency: int) -> None:
+    """ValueError unless ``concurrency`` >= 1 and the rollout ids are unique."""
+    check_concurrency(concurrency)
     ids = [r.rollout_id for r in rollouts]
     if len(set(ids)) != len(ids):
-        raise ValueError("rollout ids must be unique within a run")
+        raise ValueError(DUPLICATE_IDS)
+
+
+def unique_rollouts(rollouts: Iterable[HarnessRollout]) -> Iterator[HarnessRollout]:
+    """``rollouts`` as they come (lazily), with a ValueError at the first id seen before."""
+    seen: set[str] = set()
+    for rollout in rollouts:
+        if rollout.rollout_id in seen:
+            raise ValueError(DUPLICATE_IDS)
+        seen.add(rollout.rollout_id)
+        yield rollout
 
 
 def run_in_threads(rollouts: list[HarnessRollout], concurrency: int,
@@ -173,9 +189,8 @@ def stream_in_threads(rollouts: Iterable[HarnessRollout], concurrency: int,
     """The streaming form of :func:`run_in_threads`: the next rollout is taken from ``rollouts`` (lazily: an
     iterator may prepare it then) only when fewer than ``concurrency`` run, and ``on_result`` gets each result on
     the calling thread as soon as it ends (in the order they end). Returns how many ran; ids must be unique."""
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    source, seen, count = iter(rollouts), set(), 0
+    check_concurrency(concurrency)
+    source, count = unique_rollouts(rollouts), 0
     ended: queue.Queue[Future[HarnessResult]] = queue.Queue()
     running: dict[Future[HarnessResult], HarnessRollout] = {}
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=name)
@@ -187,9 +202,6 @@ def stream_in_threads(rollouts: Iterable[HarnessRollout], concurrency: int,
                 if rollout is None:
                     exhausted = True
                     break
-                if rollout.rollout_id in seen:
-                    raise ValueError("rollout ids must be unique within a run")
-                seen.add(rollout.rollout_id)
                 future = pool.submit(run_one, rollout)
                 running[future] = rollout
                 future.add_done_callback(ended.put)

@@ -17,13 +17,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Self
 
 import orjson
 
 from harness_adapters.processes import stream_in_threads
 from repro.asgi import SSE_HEADERS, Receive, Send, read_body, send_bytes
-from repro.protocols import HarnessResult, HarnessRollout
+from repro.protocols import GradeResult, HarnessResult, HarnessRollout
+from repro.sandbox.repos import RepoError
 
 
 class FakeTrainingRow:
@@ -311,6 +313,36 @@ class FakeHarness:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class FakeWorkspace:
+    """A :class:`FakeSandbox` workspace: no files; its diff names it; ``cleaned`` once cleaned up."""
+
+    def __init__(self, name: str) -> None:
+        self.path, self.name, self.cleaned = Path("/nowhere") / name, name, False
+
+    def diff(self) -> str:
+        return f"patch of {self.name}"
+
+    def cleanup(self) -> None:
+        self.cleaned = True
+
+
+class FakeSandbox:
+    """A sandbox for unit tests of what drives one: a workspace per rollout (kept in ``made``), except for the task
+    ``broken``, whose repository is missing; tasks named ``good...`` grade resolved, others unresolved."""
+
+    def __init__(self) -> None:
+        self.made: list[FakeWorkspace] = []
+
+    def workspace(self, task: Any, rollout_id: str) -> FakeWorkspace:
+        if task.instance_id == "broken":
+            raise RepoError("no repository for broken: run `repro tasks fetch`")
+        self.made.append(FakeWorkspace(rollout_id))
+        return self.made[-1]
+
+    def grade(self, task: Any, workspace: FakeWorkspace) -> GradeResult:
+        return GradeResult("resolved" if task.instance_id.startswith("good") else "unresolved", workspace.name)
 
 
 class FakeStreamingHarness(FakeHarness):

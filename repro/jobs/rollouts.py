@@ -210,11 +210,12 @@ class RolloutRunner:
             return
         ready.put(_END)
 
-    def _prepare(self, instance_id: str, sample: int, prepared: dict[str, Any],
-                 failed: list[Any]) -> HarnessRollout | None:
-        """The sample registered and its workspace made: its rollout, or None (a workspace that could not be
-        made is an infrastructure failure, kept in ``failed``)."""
-        started = time.time()
+    def _prepare(self, instance_id: str, sample: int, prepared: dict[str, Any], failed: list[Any],
+                 started: float | None = None) -> HarnessRollout | None:
+        """The sample registered and its workspace made: its rollout (kept in ``prepared`` by id with its task,
+        sample, workspace and ``started``: now, unless given), or None (a workspace that could not be made is an
+        infrastructure failure, kept in ``failed``)."""
+        started = time.time() if started is None else started
         rollout_id = self._register(instance_id, sample)
         task = self.tasks[instance_id]
         try:
@@ -278,20 +279,14 @@ class RolloutRunner:
         started = time.time()
         if hasattr(self.harness, "run_samples"):  # fanout=ray: whole samples run on the sandbox hosts
             return self._run_remote(batch, started)
-        prepared, failed = [], []
-        for instance_id, sample in batch:
-            rollout_id = self._register(instance_id, sample)
-            task = self.tasks[instance_id]
-            try:
-                workspace = self.sandbox.workspace(task, rollout_id)
-            except (RepoError, ImageMissing) as exc:
-                failed.append((task, sample, rollout_id, str(exc)))
-                continue
-            prepared.append((task, sample, workspace, self._rollout(task, rollout_id, workspace)))
-        results = self.harness.run([p[3] for p in prepared], self.opts.concurrency) if prepared else []
-        jobs = [(*p, result) for p, result in zip(prepared, results, strict=True)]
+        prepared: dict[str, Any] = {}
+        failed: list[Any] = []
+        rollouts = [r for instance_id, sample in batch
+                    if (r := self._prepare(instance_id, sample, prepared, failed, started)) is not None]
+        results = self.harness.run(rollouts, self.opts.concurrency) if rollouts else []
+        jobs = [(*prepared[r.rollout_id][:3], r, result) for r, result in zip(rollouts, results, strict=True)]
         reports = list(self.pool.map(lambda job: self._finish(*job, started), jobs))
-        reports += [self._infra_failure(*f, started) for f in failed]
+        reports += [self._infra_failure(*f) for f in failed]
         return reports
 
     def _run_remote(self, batch: list[tuple[str, int]], started: float) -> list[InstanceReport]:

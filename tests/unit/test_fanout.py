@@ -8,35 +8,8 @@ from pathlib import Path
 import pytest
 
 from repro.fanout import FanoutConfig, SampleJob, execute_samples
-from repro.protocols import GradeResult
-from repro.sandbox.repos import RepoError
 from repro.tasks.schema import Task
-from repro.testing import FakeHarness
-
-
-class FakeWorkspace:
-    def __init__(self, name: str) -> None:
-        self.path, self.name, self.cleaned = Path("/nowhere") / name, name, False
-
-    def diff(self) -> str:
-        return f"patch of {self.name}"
-
-    def cleanup(self) -> None:
-        self.cleaned = True
-
-
-class FakeBox:
-    def __init__(self) -> None:
-        self.made: list[FakeWorkspace] = []
-
-    def workspace(self, task: Task, rollout_id: str) -> FakeWorkspace:
-        if task.instance_id == "broken":
-            raise RepoError("no repository for broken")
-        self.made.append(FakeWorkspace(rollout_id))
-        return self.made[-1]
-
-    def grade(self, task: Task, workspace: FakeWorkspace) -> GradeResult:
-        return GradeResult("resolved" if task.instance_id.startswith("good") else "unresolved", workspace.name)
+from repro.testing import FakeHarness, FakeSandbox
 
 
 def job(instance_id: str, rollout_id: str, grade: bool = True) -> SampleJob:
@@ -45,7 +18,7 @@ def job(instance_id: str, rollout_id: str, grade: bool = True) -> SampleJob:
 
 
 def test_outcomes_in_job_order_with_infrastructure_failures_in_place() -> None:
-    box = FakeBox()
+    box = FakeSandbox()
     jobs = [job("good-1", "r1"), job("broken", "r2"), job("bad-3", "r3"), job("good-4", "r4", grade=False)]
     outcomes = execute_samples(FakeHarness(), box, jobs, concurrency=2)
     assert [o.result.rollout_id for o in outcomes] == ["r1", "r2", "r3", "r4"]

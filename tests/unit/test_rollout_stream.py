@@ -17,8 +17,7 @@ from harness_adapters.processes import run_in_threads, stream_in_threads
 from repro.jobs.rollouts import RolloutOptions, RolloutRunner
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.report.progress import ProgressHandle
-from repro.sandbox.repos import RepoError
-from repro.testing import FakeStreamingHarness
+from repro.testing import FakeSandbox, FakeStreamingHarness
 
 
 def rollout(rollout_id: str) -> HarnessRollout:
@@ -63,27 +62,14 @@ def test_an_error_in_a_rollout_stops_the_stream() -> None:
         stream_in_threads((rollout(f"r{i}") for i in range(6)), 2, run_one, lambda r, res: None, "t")
 
 
-class _Sandbox:
-    """Workspaces for every task but ``broken`` (whose repository is missing)."""
-
-    def __init__(self) -> None:
-        self.made: list[str] = []
-
-    def workspace(self, task: Any, rollout_id: str) -> Any:
-        if task.instance_id == "broken":
-            raise RepoError("the repository of broken is missing: run `repro tasks fetch`")
-        self.made.append(rollout_id)
-        return SimpleNamespace(path=Path("/nonexistent") / rollout_id, command_env={})
-
-
 def streaming_runner(tmp_path: Path, ids: list[str], k: int, concurrency: int,
-                     harness: Any) -> tuple[RolloutRunner, _Sandbox]:
+                     harness: Any) -> tuple[RolloutRunner, FakeSandbox]:
     """A runner whose registration, finishing and records are stubbed: what is left is the scheduling."""
     runner = RolloutRunner.__new__(RolloutRunner)
     runner.run_dir, runner.opts = tmp_path, RolloutOptions(k=k, concurrency=concurrency, grading_threads=2)
     runner.tasks = {i: SimpleNamespace(instance_id=i) for i in ids}
     runner.stack = SimpleNamespace(proxy_url="http://proxy", served_model_name="tiny")
-    runner.harness, runner.sandbox = harness, _Sandbox()
+    runner.harness, runner.sandbox = harness, FakeSandbox()
     runner.pool = ThreadPoolExecutor(2)
     runner._register = lambda instance_id, sample: f"{instance_id}-{sample}"  # type: ignore[method-assign]
 
