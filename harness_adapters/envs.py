@@ -73,10 +73,13 @@ def env_root(name: str, version: str) -> Path:
     return cache_dir() / "harness-envs" / f"{name}-{version}"
 
 
-def build_hash(packages: list[str], python: str) -> str:
-    """sha256 that identifies one build request (pinned packages + base interpreter)."""
-    payload = json.dumps({"packages": list(packages), "python": os.path.realpath(python)}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()
+def build_hash(packages: list[str], python: str, remove: tuple[str, ...] = ()) -> str:
+    """sha256 that identifies one build request (pinned packages + base interpreter, and the distributions
+    uninstalled after the install, when any)."""
+    request: dict = {"packages": list(packages), "python": os.path.realpath(python)}
+    if remove:
+        request["remove"] = sorted(remove)
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
 
 
 def read_marker(root: Path) -> dict | None:
@@ -100,16 +103,18 @@ def ensure_harness_env(
     python: str = sys.executable,
     *,
     timeout_s: float = 1800.0,
+    remove: tuple[str, ...] = (),
 ) -> HarnessEnv:
-    """Return the cached env for (name, version), building it first if needed."""
+    """Return the cached env for (name, version), building it first if needed; ``remove``: distributions that the
+    install pulls in and that must not be there (uninstalled before the marker is written)."""
     if not packages:
         raise ValueError("packages must name at least one pinned requirement")
     root = env_root(name, version)
-    expected = build_hash(packages, python)
+    expected = build_hash(packages, python, remove)
     if not is_valid(root, expected):
         with locked(root.parent / f".{root.name}.lock"):  # one builder at a time
             if not is_valid(root, expected):
-                _build(root, packages, python, expected, timeout_s)
+                _build(root, packages, python, expected, timeout_s, remove)
     return _as_env(name, version, root)
 
 
@@ -124,7 +129,8 @@ def _as_env(name: str, version: str, root: Path) -> HarnessEnv:
     return HarnessEnv(name=name, version=version, root=root, python=_env_python(root), bin_dir=root / "bin")
 
 
-def _build(root: Path, packages: list[str], python: str, expected: str, timeout_s: float) -> None:
+def _build(root: Path, packages: list[str], python: str, expected: str, timeout_s: float,
+           remove: tuple[str, ...] = ()) -> None:
     """Delete whatever is at ``root``, create the venv, install, then write the marker."""
     started = time.monotonic()
     print(f"building the {root.name} environment (first use on this machine, usually 1-3 minutes): "
@@ -138,6 +144,8 @@ def _build(root: Path, packages: list[str], python: str, expected: str, timeout_
     pip = [str(_env_python(root)), "-m", "pip"] if own_pip else _outer_pip(root)
     install = [*pip, "install", "--disable-pip-version-check", "--no-input", *packages]
     run_or_raise(install, root / PIP_LOG_NAME, timeout_s, "pip install")
+    if remove:
+        run_or_raise([*pip, "uninstall", "--yes", *remove], root / "pip-uninstall.log", timeout_s, "pip uninstall")
     _write_marker(root, packages, python, expected, time.monotonic() - started)
     print(f"built {root.name} in {time.monotonic() - started:.0f}s", flush=True)
 

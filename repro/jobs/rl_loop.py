@@ -11,7 +11,7 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -309,14 +309,16 @@ class RlLoop:
             update = self.trainer.update(samples.rows, self.trainer.plan(samples.rows))  # plan: None by default
             self.trainer.save(self.policy_dir)
             (self.policy_dir / POLICY_STEP).write_text(json.dumps({"step": step}))
-            sync_s = self.stack.sync_weights(self.policy_dir, version=step + 1)
+            sync_s = self.stack.sync_weights(self.policy_dir, version=step + 1, scorer=self.trainer.score)
+            checks = getattr(self.stack, "reload_checks", [])
         stats = group_stats(reports)
         if shaped is not None:  # the reward the trainer saw (the verdict's share stays as resolved_share)
             stats = {**stats, "resolved_share": stats["reward_mean"], "reward_mean": shaped}
         record = {"step": step, **stats, "samples": samples.stats(), "update": update,
                   "policy_versions": {str(v): n for v, n in versions.items()},
                   "stale_calls": sum(n for v, n in versions.items() if v is not None and v != step),
-                  "rollout_s": rollout_s, "sync_s": sync_s, "grade_cache_hits": self.grade_cache.hits,
+                  "rollout_s": rollout_s, "sync_s": sync_s,
+                  "reload_check": asdict(checks[-1]) if checks else None, "grade_cache_hits": self.grade_cache.hits,
                   "calls": n_calls, "calls_histogram": calls_histogram([r.n_calls for r in reports])}
         record["diagnostics"] = step_diagnostics(record)
         if self.validate is not None and self.validate_every > 0 and (step + 1) % self.validate_every == 0:

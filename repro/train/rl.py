@@ -404,6 +404,20 @@ class PolicyTrainer:
         if "cuda_rng" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
 
+    @torch.no_grad()
+    def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        """Log-probabilities of ``completion_ids`` after ``prompt_ids`` under the current weights (eval mode, no
+        gradient): what a server holding these weights should report for them."""
+        ids = torch.tensor([[*prompt_ids, *completion_ids]], device=self.device)
+        model = self.accelerator.unwrap_model(self.model)
+        training = model.training
+        model.eval()
+        try:
+            logps = token_logprobs(model, ids, torch.ones_like(ids))
+        finally:
+            model.train(training)
+        return logps[0, len(prompt_ids):].tolist()
+
     def save(self, out_dir: Path) -> Path:
         """Write the current policy as a servable checkpoint (weights + the tokenizer files) to ``out_dir``."""
         out_dir = Path(out_dir)

