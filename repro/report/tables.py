@@ -172,4 +172,8 @@ def write_kind_tables(by_kind: dict[str, list[dict[str, Any]]], results: Path) -
         from repro.report.eval_docker import write_eval_docker_tables
 
         written += write_eval_docker_tables(by_kind["eval_docker"], results)
+    if "engine_comparison" in by_kind:
+        from repro.report.engines import write_engine_tables
+
+        written += write_engine_tables(by_kind["engine_comparison"], results)
     return written

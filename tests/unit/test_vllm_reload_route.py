@@ -15,6 +15,8 @@ from repro.serving import vllm_weights
 from repro.serving.vllm_weights import WeightSyncError, reload_weights
 from repro.serving.weight_probe import ReloadCheck, Sampled, StaleWeightsError, check_reload, require_fresh
 
+REAL_SUPPORTS_PATH = vllm_weights.reload_supports_weights_path
+
 
 class ScriptedVllm:
     """Records each request; ``/collective_rpc`` answers ``rpc_status``, ``/health`` ``healthy``."""
@@ -125,3 +127,15 @@ def test_a_server_without_development_routes_is_named(tmp_path: Path) -> None:
         reload_weights("http://vllm", checkpoint(tmp_path / "step-1"), checkpoint(tmp_path / "served"),
                        client=server.client())
     assert server.paths()[-1] == "/resume"
+
+
+@pytest.mark.parametrize("header, expected", [("self, weights_iterator=None, weights_path=None", True),
+                                              ("self, weights_iterator=None", False)])
+def test_whether_reload_takes_a_path_is_read_from_vllms_source_without_importing_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, header: str, expected: bool) -> None:
+    runner = tmp_path / "vllm" / "v1" / "worker" / "gpu_model_runner.py"
+    runner.parent.mkdir(parents=True)
+    (tmp_path / "vllm" / "__init__.py").write_text("raise ImportError('importing vLLM costs seconds')\n")
+    runner.write_text(f"class GPUModelRunner:\n    def reload_weights({header}) -> None:\n        pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert REAL_SUPPORTS_PATH.__wrapped__("") is expected
