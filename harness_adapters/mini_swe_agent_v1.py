@@ -219,10 +219,10 @@ def _attach_container_diff(result: HarnessResult, diff_path: Path, timed_out: bo
     elif error_path.is_file():
         result.info["diff_error"] = error_path.read_text(encoding="utf-8")
     if timed_out:
-        from repro.sandbox.docker_engine import LABEL_ROLLOUT, client, remove_quietly
+        from repro.sandbox.docker_engine import LABEL_ROLLOUT, client, labelled, remove_quietly
 
         engine = client()
-        remove_quietly(engine.containers.list(all=True, filters={"label": f"{LABEL_ROLLOUT}={rollout_id}"}))
+        remove_quietly(labelled(engine, f"{LABEL_ROLLOUT}={rollout_id}"))
 
 
 def _as_result(rollout_id: str, run: HarnessRunResult, output_dir: Path) -> HarnessResult:

@@ -171,9 +171,15 @@ def remove_quietly(containers: Iterable[Any]) -> int:
     return removed
 
 
+def labelled(engine: Any, label: str) -> list[Any]:
+    """The containers (running or not) that carry ``label`` (``key`` or ``key=value``); one removed while the list is
+    read is left out (docker-py would otherwise raise NotFound inspecting it: another run's cleanup, a sweep)."""
+    return engine.containers.list(all=True, ignore_removed=True, filters={"label": label})
+
+
 def remove_run_containers(engine: Any, run_id: str) -> int:
     """Remove every container labelled with ``run_id`` (running or not)."""
-    return remove_quietly(engine.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}))
+    return remove_quietly(labelled(engine, f"{LABEL_RUN}={run_id}"))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -191,7 +197,7 @@ def sweep_orphans(engine: Any) -> list[str]:
     worker); the names of those removed."""
     host = socket.gethostname()
     orphans = []
-    for container in engine.containers.list(all=True, filters={"label": f"{LABEL_HOST}={host}"}):
+    for container in labelled(engine, f"{LABEL_HOST}={host}"):
         pid = container.labels.get(LABEL_PID, "")
         if not pid.isdigit() or not _pid_alive(int(pid)):
             orphans.append(container)

@@ -18,7 +18,7 @@ import pytest
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
-from repro.sandbox.docker_engine import LABEL_PID, LABEL_RUN
+from repro.sandbox.docker_engine import LABEL_PID, LABEL_RUN, labelled
 from repro.sandbox.images import build_task_images
 from repro.sandbox.repos import RepoResolver
 from repro.store import open_store
@@ -47,7 +47,7 @@ def docker_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def _gone_within(engine, run_id: str, seconds: float) -> list:
     deadline = time.monotonic() + seconds
-    while (left := engine.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})) and \
+    while (left := labelled(engine, f"{LABEL_RUN}={run_id}")) and \
             time.monotonic() < deadline:
         time.sleep(0.5)
     return left
@@ -78,7 +78,7 @@ def test_the_harness_removed_its_containers(docker_run: dict) -> None:
 
 
 def _run_containers(engine, pid: int) -> list:
-    return engine.containers.list(all=True, filters={"label": f"{LABEL_PID}={pid}"})
+    return labelled(engine, f"{LABEL_PID}={pid}")
 
 
 @pytest.mark.e2e

@@ -108,3 +108,20 @@ def test_the_harness_gets_its_own_swebench_environment_with_this_rollouts_contai
                            "timeout": 30, "interpreter": ["timeout", "--kill-after", "5", "35", "bash", "-c"]}
     assert rollout_settings("task", "u", Path("/w"))["environment"] == {"cwd": "/w"}
     assert json.dumps(environment)  # goes into a YAML/JSON config file as is
+
+
+def test_listing_labelled_containers_skips_one_removed_meanwhile() -> None:
+    """docker-py inspects each listed container; one removed in between (another run's cleanup) raised NotFound in a
+    CI run. ``labelled`` asks docker-py to leave such a container out."""
+    from repro.sandbox.docker_engine import labelled
+
+    seen: dict = {}
+
+    class Containers:
+        def list(self, **kwargs):
+            seen.update(kwargs)
+            return ["c1"]
+
+    engine = type("Engine", (), {"containers": Containers()})()
+    assert labelled(engine, "repro.run=r1") == ["c1"]
+    assert seen == {"all": True, "ignore_removed": True, "filters": {"label": "repro.run=r1"}}
