@@ -257,9 +257,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from harness_adapters.registry import UnknownHarnessError
     from harness_adapters.versions import HarnessVersionError
     from repro.sandbox.repos import RepoError
+    from repro.serving.vllm_env import VllmEnvError
+    from repro.serving.vllm_launcher import VLLMNotInstalledError
     from repro.tasks.loaders import TaskSourceError
 
-    return (TaskSourceError, UnknownHarnessError, HarnessVersionError, HarnessEnvError, RepoError, SystemExit)
+    return (TaskSourceError, UnknownHarnessError, HarnessVersionError, HarnessEnvError, RepoError, VllmEnvError,
+            VLLMNotInstalledError, SystemExit)
 
 
 USER_ERRORS = _user_errors()

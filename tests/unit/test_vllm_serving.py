@@ -127,3 +127,12 @@ def test_the_server_runs_from_the_named_environment_and_a_missing_vllm_there_is_
     check_vllm_installed(str(with_vllm))
     with pytest.raises(VLLMNotInstalledError, match=rf"environment of {without}.*serving\.python"):
         check_vllm_installed(str(without))
+
+
+def test_a_run_naming_an_interpreter_without_vllm_is_one_error_line(tmp_path: Path) -> None:
+    from repro.cli import main
+
+    with pytest.raises(SystemExit, match=r"^error: serving.python=/nonexistent/python has no vLLM") as exc:
+        main(["run", "experiment=eval_bundled", "serving=vllm", "serving.python=/nonexistent/python",
+              f"run.output_root={tmp_path}"])
+    assert "\n" not in str(exc.value)
