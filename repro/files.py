@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -54,6 +55,15 @@ def locked(lock_path: Path) -> Iterator[None]:
 def file_lock(path: Path) -> AbstractContextManager[None]:
     """The lock guarding read-modify-write of ``path``: ``<path>.lock``."""
     return locked(path.with_name(path.name + ".lock"))
+
+
+def checkpoint_config(model_dir: Path) -> dict:
+    """A checkpoint's ``config.json`` as a dict; empty when it is missing or unreadable."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def weights_sha256(model_dir: Path) -> str:

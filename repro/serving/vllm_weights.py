@@ -50,7 +50,7 @@ from typing import Any
 
 import httpx
 
-from repro.files import atomic_write_text
+from repro.files import atomic_write_text, checkpoint_config
 
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 WEIGHT_FILE_GLOBS = ("*.safetensors", "model.safetensors.index.json")
@@ -117,11 +117,7 @@ def install_weights(src_dir: Path, served_dir: Path) -> list[str]:
 
 def is_tied(model_dir: Path) -> bool:
     """Whether the checkpoint ties its output head to its input embedding (``config.json``)."""
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return bool(config.get("tie_word_embeddings", False))
+    return bool(checkpoint_config(model_dir).get("tie_word_embeddings", False))
 
 
 def write_untied(src_dir: Path, dst_dir: Path) -> Path:

