@@ -2,7 +2,7 @@
 (its workers) and sandbox, running whole samples: workspace -> harness -> patch -> grade -> cleanup.
 
 The driver keeps what must stay in one place: registering each rollout with the proxy, the trace store, the
-reports and the rewards (``repro.jobs.rollouts.RolloutRunner``). An actor gets a :class:`SampleJob` (the task, the
+reports and the rewards (:class:`repro.rl.rollouts.RolloutRunner`). An actor gets a :class:`SampleJob` (the task, the
 rollout id and the proxy URL it must call) and returns a :class:`SampleOutcome` (the harness's ending, the patch,
 the verdict). ``ray.init()`` is local by default (tests, one machine); ``fanout.address`` names a cluster
 (``auto``, ``ray://HOST:10001``), and then the proxy must be reachable from the hosts: bind it with
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro.protocols import GradeResult, HarnessResult, HarnessRollout, command_env
+from repro.protocols import GradeResult, HarnessResult, HarnessRollout, command_env, require_container_support
 from repro.sandbox.docker_engine import ImageMissing
 from repro.sandbox.repos import RepoError
 from repro.tasks.schema import Task
@@ -144,7 +144,6 @@ def _host_class() -> Any:
     class SampleHost:
         def __init__(self, harness_name: str | None, harness_cfg: Any, sandbox_cfg: Any, workers: int) -> None:
             from harness_adapters.registry import get_harness
-            from repro.jobs.rollouts import require_container_support
             from repro.sandbox.select import make_sandbox
 
             self.harness = get_harness(harness_name, harness_cfg, workers=workers).__enter__()

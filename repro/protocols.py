@@ -79,6 +79,15 @@ class HarnessRollout:
     env: dict[str, str] = field(default_factory=dict)  # for the agent's commands, from the sandbox (see command_env)
 
 
+def require_container_support(harness: Any, sandbox: Any, harness_name: str) -> None:
+    """A container sandbox needs a harness that acts inside containers; others would run on the host."""
+    if getattr(sandbox, "gives_containers", False) and not getattr(harness, "acts_in_containers", False):
+        raise ValueError(f"sandbox=docker needs a harness that acts inside the task's container, and "
+                         f"{harness_name or type(harness).__name__} does not at its pinned version (README, harness "
+                         f"table); use harness=mini_swe_agent (2.4.6) or harness=mini_swe_agent_v1 (1.17.5), or "
+                         f"sandbox=local")
+
+
 def command_env(workspace: Any) -> dict[str, str]:
     """What a workspace asks of the agent's command environment (a local one: ``PATH`` led by the task's
     interpreter, so ``python`` is the one its tests are graded with, not whatever the host has first on its PATH;
@@ -126,7 +135,7 @@ class StreamingHarness(Harness, Protocol):
     """A harness that also runs a stream (every adapter here): ``run_each`` takes the next rollout from
     ``rollouts`` only when fewer than ``concurrency`` are in flight (so an iterator may prepare each rollout's
     workspace just in time) and hands each result to ``on_result`` as soon as it ends, on the calling thread.
-    :class:`repro.jobs.rollouts.RolloutRunner` uses it to keep ``concurrency`` rollouts running all the time,
+    :class:`repro.rl.rollouts.RolloutRunner` uses it to keep ``concurrency`` rollouts running all the time,
     instead of batches that wait for their slowest rollout and leave the model server idle while the next batch's
     workspaces are made and the last one's graded."""
 

@@ -192,17 +192,26 @@ def check_job_config(cfg: DictConfig) -> None:
         raise SystemExit(f"error: experiment {cfg.run.name} needs {', '.join(f'{k}=...' for k in missing)} (the "
                          "values marked ??? in its config file say what each one is)")
     fanout = cfg.get("fanout")
-    if fanout is not None and fanout.get("kind", "local") != "local" and "fanout" not in cfg.job:
+    if fanout is not None and fanout.get("kind", "local") != "local" and "fanout" not in cfg.job.get("setup", {}):
         raise SystemExit(f"error: experiment {cfg.run.name} runs its samples in this process only; fanout="
                          f"{fanout.kind} works with the experiments whose job takes it (eval_bundled, harness_sweep, "
                          "swebench_verified, rl_run, agl_swebench_qwen35_9b)")
-    for key, node in cfg.job.items():
-        if isinstance(node, DictConfig) and "_target_" in node:
+    _check_nodes(cfg.job)
+
+
+def _check_nodes(parent: DictConfig, prefix: str = "") -> None:
+    """Instantiate every config node below ``parent``, innermost first, so that an error names the node that does
+    not fit (``miniature.tasks``), not the one that contains it."""
+    for key, node in parent.items():
+        if not isinstance(node, DictConfig):
+            continue
+        _check_nodes(node, f"{prefix}{key}.")
+        if "_target_" in node:
             try:
                 instantiate(node, _convert_="all")
             except InstantiationException as exc:
-                cause = exc.__cause__ or exc
-                raise SystemExit(f"error: the {key!r} config does not fit {node._target_}: {cause}") from None
+                cause, name = exc.__cause__ or exc, prefix + str(key)
+                raise SystemExit(f"error: the {name!r} config does not fit {node._target_}: {cause}") from None
 
 
 def run_configured(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Path:

@@ -1,10 +1,13 @@
-"""Replay a finished RL run's steps through the trainer alone and print the weights' sha256 after each step.
+"""Replay a finished RL run's steps through :class:`repro.rl.trainer.RLTrainer` and print the weights' sha256 after
+each step.
 
-Each step's rows are rebuilt from the run's traces (``traces.sqlite``) in the RL loop's order (task, sample, rollout
-id), with the run's trainer and sample settings (``config.yaml``), starting from the run's cached warm start. This
-isolates the update from serving: the same run replayed twice gives the same hashes, and the last equals the run's
-``weights_sha256.after`` (checked on a 2-step miniature: 676030ee...). A baseline for changing the trainer's code
-without changing what it computes (issue 33).
+Each step's reports are read back from the run's ``rl/step_NNN/instances/`` and its rows rebuilt from the run's
+traces (``traces.sqlite``) by the trainer itself (:meth:`RLTrainer.train`: task order, rows, update, save,
+checkpoint, record), with the run's RL, trainer and sample settings (``config.yaml``), starting from the run's cached
+warm start. The recorded rollouts stand in for the model server (nothing is sampled or loaded), which isolates the
+update from serving: the same run replayed twice gives the same hashes, and the last equals the run's
+``weights_sha256.after`` (a 2-step miniature: 676030ee...). The baseline for changing the trainer's code without
+changing what it computes (issue 33).
 
     python scripts/trainer_replay.py outputs/mini_repro/RUN_ID /tmp/replay
 """
@@ -13,49 +16,59 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from repro.evaluation import read_reports
 from repro.files import cache_dir, weights_sha256
+from repro.rl.checkpoints import stage_policy
+from repro.rl.config import RLConfig
+from repro.rl.trainer import RLTrainer
 from repro.samples import SampleConfig
-from repro.samples.build import build_rows
-from repro.store import open_store
-from repro.train.config import RlConfig
-from repro.train.rl import PolicyTrainer
+from repro.train.config import UpdateConfig
 
 
-def settings(run: Path) -> tuple[RlConfig, dict]:
-    """The run's trainer settings and sample settings (without Hydra's ``_target_``)."""
+@dataclass
+class RecordedServer:
+    """The run's recorded rollouts in place of a model server: nothing is served, so a sync loads nothing."""
+
+    model_dir: Path
+    reload_checks: list[Any] = field(default_factory=list)
+
+    def sync_weights(self, model_dir: Path, version: int | None = None, scorer: Any = None) -> float:
+        return 0.0
+
+    def set_policy_version(self, version: int) -> None:
+        pass
+
+
+def group(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    return {k: v for k, v in cfg[name].items() if k != "_target_"}
+
+
+def rl_config(run: Path) -> RLConfig:
+    """The run's RL, trainer and sample settings as one :class:`RLConfig` (without Hydra's ``_target_``)."""
     cfg = yaml.safe_load((run / "config.yaml").read_text())
-    trainer = {k: v for k, v in cfg["trainer"].items() if k != "_target_"}
-    if isinstance(trainer.get("adam_betas"), list):
-        trainer["adam_betas"] = tuple(trainer["adam_betas"])
-    return RlConfig(**trainer), {k: v for k, v in cfg["samples"].items() if k != "_target_"}
-
-
-def sample_index(rollout_id: str) -> int:
-    return int(rollout_id.rsplit("--s", 1)[1].split("-")[0])
+    update = group(cfg, "trainer")
+    update["adam_betas"] = tuple(update.get("adam_betas", (0.9, 0.99)))
+    return RLConfig(**group(cfg, "rl"), update=UpdateConfig(**update), samples=SampleConfig(**group(cfg, "samples")))
 
 
 def replay(run: Path, out: Path) -> list[str]:
     """The sha256 of the weights after each replayed step."""
-    rl_cfg, samples = settings(run)
     key = json.loads((run / "metrics.json").read_text())["warm_start"]["key"]
-    trainer = PolicyTrainer(cache_dir() / "warm_start" / f"warm-{key}", rl_cfg)
-    sample_cfg = SampleConfig(**{**samples, "weighting": rl_cfg.weighting, "include_modes": ("train",)})
-    store = open_store(run / "traces.sqlite")
+    policy = stage_policy(cache_dir() / "warm_start" / f"warm-{key}", out)
+    trainer = RLTrainer(RecordedServer(policy), None, None, rl_config(run), out)
     hashes = []
-    try:
-        for step_dir in sorted((run / "rl").glob("step_*")):
-            rollouts = sorted(store.list_rollouts(step_dir.name),
-                              key=lambda r: (r.task_id, sample_index(r.rollout_id), r.rollout_id))
-            rows = build_rows(store, [r.rollout_id for r in rollouts], sample_cfg).rows
-            trainer.update(rows, trainer.plan(rows))
-            hashes.append(weights_sha256(trainer.save(out / step_dir.name)))
-            print(step_dir.name, len(rollouts), len(rows), hashes[-1], flush=True)
-    finally:
-        store.close()
+    for step_dir in sorted((run / "rl").glob("step_*")):
+        step = int(step_dir.name.split("_")[1])
+        trainer.store_path = run / "traces.sqlite"
+        record = trainer.train(step, read_reports(step_dir), 0.0)
+        hashes.append(weights_sha256(policy))
+        print(step_dir.name, record["rollouts"], record["update"]["rows"], hashes[-1], flush=True)
     return hashes
 
 

@@ -25,12 +25,14 @@ from typing import Any
 from hydra.utils import instantiate
 
 from harness_adapters.registry import get_harness
-from repro.jobs.evaluate import build_spec, load_task_set, run_frozen_eval
-from repro.jobs.miniature import split_train
-from repro.jobs.stack import running_stack
-from repro.jobs.warm_start import demonstration_rows, record_demonstrations
+from repro.experiments.evaluate import run_frozen_eval
+from repro.experiments.miniature import split_train
+from repro.experiments.warm_start import demonstration_rows, record_demonstrations
+from repro.rl.evaluator import build_spec
 from repro.runner import compose_config
 from repro.sandbox.select import make_sandbox
+from repro.serving.stack import running_stack
+from repro.tasks.sets import load_task_set
 from repro.tinymodel.recipe import build_recipe_model
 from repro.train.sft import sft_train
 from repro.train.sft_holdout import action_spans
@@ -95,7 +97,7 @@ def evaluate(model_dir: Path, out: Path, n_tasks: int, k: int, overrides: list[s
     out.mkdir(parents=True, exist_ok=True)
     try:
         with get_harness(harness, p["harness"], workers=2) as agent:
-            spec = build_spec(agent.identity(), name, tasks, agent.cfg, p["sandbox"], p["eval"], p["tasks"].seed,
+            spec = build_spec(agent, name, tasks, p["sandbox"], p["eval"], p["tasks"].seed,
                               p["serving"].served_model_name)
             with running_stack(model_dir, p["serving"], p["proxy"], out) as stack:
                 reports, _ = run_frozen_eval(out / "eval", out / "traces.sqlite", spec, p["eval"], tasks, stack,

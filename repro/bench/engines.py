@@ -14,7 +14,6 @@ own (teacher-forced transformers), and the same for vLLM serving ``bfloat16`` (a
 from __future__ import annotations
 
 import dataclasses
-import logging
 import sqlite3
 import threading
 import time
@@ -26,15 +25,15 @@ import psutil
 
 from repro.accounting import Accountant
 from repro.evaluation import write_metrics
-from repro.jobs.evaluate import run_frozen_eval
-from repro.jobs.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature, rl_task_pool, stage_policy
-from repro.jobs.rl_loop import RlLoop
-from repro.jobs.rollouts import GradeCache
-from repro.jobs.stack import VllmServingConfig, running_stack
+from repro.experiments.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature
 from repro.rebuilt.harness import LoopConfig
-from repro.samples import SampleConfig
-from repro.train.rl import PolicyTrainer
-from repro.train.task_filter import TaskFilterConfig
+from repro.report.engines import engines_markdown
+from repro.rl.checkpoints import stage_policy
+from repro.rl.config import RLConfig
+from repro.rl.evaluator import Evaluator
+from repro.rl.rollouts import GradeCache
+from repro.rl.trainer import RLTrainer
+from repro.serving.stack import VllmServingConfig, running_stack
 
 ENGINES = ("cpu", "vllm")
 
@@ -128,23 +127,19 @@ def run_engine(mini: Miniature, arm: ArmConfig, name: str, serving: Any, bench: 
     acct, grades, cfg = Accountant(), GradeCache(), mini.cfg
     print(f"engine {name}: starting the model server", flush=True)
     started = time.time()
-    with running_stack(policy, serving, cfg.proxy, engine_dir) as stack:
+    with running_stack(policy, serving, cfg.setup.proxy, engine_dir) as stack:
         startup_s = time.time() - started
         with RssSampler(stack.server_pid, bench.rss_interval_s) as sampler:
             sampler.peaks["startup"] = tree_rss_mb(stack.server_pid)
             timer = PhaseTimer(store, sampler)
 
+            evaluator = Evaluator(stack, mini.agent, mini.box, mini.spec, cfg.eval, store, grades)
+
             def evaluate(phase: str) -> list[Any]:
-                return run_frozen_eval(engine_dir / phase, store, mini.spec, cfg.eval, mini.test_list, stack,
-                                       mini.agent, mini.box, f"{name}-{phase}", grades)[0]
+                return evaluator.evaluate(mini.test_list, engine_dir / phase, f"{name}-{phase}")
 
             def rl() -> list[dict[str, Any]]:
-                rl_tasks, _ = rl_task_pool(mini, arm, stack, acct, engine_dir)
-                trainer = PolicyTrainer(policy, arm.trainer)
-                samples = SampleConfig(**{**asdict(arm.samples), "weighting": arm.trainer.weighting,
-                                          "include_modes": ("train",)})
-                return RlLoop(engine_dir, arm.rl, trainer, samples, stack, mini.agent, mini.box, policy).run(
-                    rl_tasks, acct)
+                return RLTrainer(stack, mini.agent, mini.box, arm.rl, engine_dir, accountant=acct).fit(mini.rl_tasks)
 
             before = timer.run("eval_before", evaluate, "eval_before")
             history = timer.run("rl", rl)
@@ -178,23 +173,18 @@ def bf16_parity(mini: Miniature, vllm: VllmServingConfig, n_tasks: int) -> dict[
     phase_dir = mini.run_dir / "vllm_bf16"
     phase_dir.mkdir(parents=True, exist_ok=True)
     serving = dataclasses.replace(vllm, dtype="bfloat16")
-    with running_stack(stage_policy(mini.warm_dir, phase_dir), serving, mini.cfg.proxy, phase_dir) as stack:
-        run_frozen_eval(phase_dir / "eval", phase_dir / "traces.sqlite", mini.spec, mini.cfg.eval,
-                        mini.test_list[:n_tasks], stack, mini.agent, mini.box, "vllm-bf16", GradeCache())
+    with running_stack(stage_policy(mini.warm_dir, phase_dir), serving, mini.cfg.setup.proxy, phase_dir) as stack:
+        Evaluator(stack, mini.agent, mini.box, mini.spec, mini.cfg.eval).evaluate(
+            mini.test_list[:n_tasks], phase_dir / "eval", "vllm-bf16")
     return parity(phase_dir / "traces.sqlite", mini.warm_dir, "bfloat16")
 
 
-def bench_engines_job(model: Any, serving: Any, proxy: Any, harness: Any, harness_name: str, train_tasks: Any,
-                      tasks: Any, sandbox: Any, eval: Any, warm_start: Any, rl: Any, trainer: Any, samples: Any,
-                      run_dir: Path, vllm: VllmServingConfig, bench: EngineBenchConfig, harness_workers: int = 2,
-                      loop: LoopConfig | None = None, rl_filter: TaskFilterConfig | None = None,
-                      tracking: Any = None) -> dict[str, Any]:
+def bench_engines_job(miniature: MiniatureConfig, rl: RLConfig, run_dir: Path, vllm: VllmServingConfig,
+                      bench: EngineBenchConfig, loop: LoopConfig | None = None) -> dict[str, Any]:
     """The miniature's warm start (cached), then each engine's phases, then parity; writes ``metrics.json``."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    run_dir, started = Path(run_dir), time.time()
-    cfg = MiniatureConfig(model, serving, proxy, harness, harness_name, train_tasks, tasks, sandbox, eval, warm_start,
-                          harness_workers, tracking)
-    arm = ArmConfig(loop or LoopConfig(), rl, trainer, samples, rl_filter or TaskFilterConfig())
+    run_dir, started, cfg, eval = Path(run_dir), time.time(), miniature, miniature.eval
+    arm = ArmConfig(loop or LoopConfig(), rl)
+    serving = miniature.setup.serving
     servings = {"cpu": serving, "vllm": vllm}
     with prepared_miniature(cfg, run_dir) as mini:
         engines = [run_engine(mini, arm, name, servings[name], bench) for name in bench.engines]
@@ -205,10 +195,8 @@ def bench_engines_job(model: Any, serving: Any, proxy: Any, harness: Any, harnes
     metrics = {"kind": "engine_comparison", "run_dir": str(run_dir), "engines": engines, "parity": parities,
                "warm_start": {"key": warm["key"], "weights_sha256": warm["weights_sha256"]},
                "eval": {"n_tasks": len(mini.test_list), "k": eval.k, "temperature": eval.temperature},
-               "rl": asdict(rl), "bench": asdict(bench), "vllm": asdict(vllm),
+               "rl": rl.schedule(), "bench": asdict(bench), "vllm": asdict(vllm),
                "wall_s": round(time.time() - started, 1), "started_at": started, "finished_at": time.time()}
     write_metrics(run_dir, metrics)
-    from repro.report.engines import engines_markdown
-
     print(engines_markdown([metrics]), flush=True)
     return metrics

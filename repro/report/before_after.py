@@ -210,7 +210,7 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def diagnostics_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per RL step: what :func:`repro.jobs.rl_loop.step_diagnostics` recorded, with the run and seed."""
+    """Per RL step: what :func:`repro.rl.steps.step_diagnostics` recorded, with the run and seed."""
     steps = run.get("diagnostics") or [h.get("diagnostics") for h in run["rl"].get("history", [])]
     name = run.get("name") or run_name(run.get("run_dir", ""))
     return [{"run": name, "seed": run.get("seed", ""), **d} for d in steps if d]

@@ -26,9 +26,9 @@ def experiment_tasks(overrides: list[str]) -> tuple[list[Any], str]:
     repos dir its sandbox resolves them in."""
     from hydra.utils import instantiate
 
-    from repro.jobs.evaluate import TaskFileConfig, load_task_set
     from repro.runner import compose_config
     from repro.tasks.materialize import REPO_OWNER
+    from repro.tasks.sets import TaskFileConfig, load_task_set
 
     cfg = compose_config(overrides)
     tasks: dict[str, Any] = {}

@@ -44,6 +44,17 @@ class DeviceSettings:
 DEFAULT_DEVICE_SETTINGS = DeviceSettings()
 
 
+@dataclass
+class OptimizerSettings(DeviceSettings):
+    """The optimizer fields both phases have (each phase sets its own default learning rate)."""
+
+    learning_rate: float = 2e-4
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    torch_threads: int = 0  # 0 = torch's default (one per core)
+
+
 def non_default_device_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """``settings`` without the device fields that sit at their defaults (keeps cache keys made before they
     existed valid: the defaults reproduce the old behaviour)."""
@@ -52,7 +63,7 @@ def non_default_device_settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class SftConfig(DeviceSettings):
+class SftConfig(OptimizerSettings):
     """Supervised warm start on demonstration rows (loss on sampled tokens only), run with trl's SFTTrainer.
 
     The schedule is warm-up, constant, then linear decay to ``min_lr_ratio`` (transformers' WSD schedule).
@@ -65,11 +76,7 @@ class SftConfig(DeviceSettings):
     warmup_steps: int = 30
     decay_fraction: float = 0.3
     min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    seed: int = 0
     logging_steps: int = 50
-    torch_threads: int = 0  # 0 = torch's default (one per core)
     sampling: str = "random"  # batch order: random | group_by_length (rows of similar length share a batch)
     max_length: int = 0  # > 0: each row keeps only its last max_length tokens (left-truncated); 0: whole rows
     labelled_logits: bool = False  # the LM head on labelled positions only (trl does so on Triton devices only)
@@ -82,7 +89,7 @@ class SftConfig(DeviceSettings):
 
 
 @dataclass
-class RlConfig(DeviceSettings):
+class UpdateConfig(OptimizerSettings):
     """The policy-gradient update (GRPO/DAPO-style clipped objective, no KL term).
 
     ``weighting``: how a rollout's rows count — ``rollout`` (its rows share one rollout's weight) or
@@ -95,7 +102,8 @@ class RlConfig(DeviceSettings):
     ``old_logprobs``: the ratio's denominator — ``recorded`` (the server's sampling logprobs) or ``recompute`` (the
     trainer's own before the step's first optimizer step; the first ratio is exactly 1). ``clip_ratio_c`` > 1:
     dual-clip PPO, a negative advantage's per-token loss capped at ``-A * clip_ratio_c`` (0: off).
-    Device, precision, gradient checkpointing, LoRA and FSDP: :class:`DeviceSettings`.
+    Device, precision, gradient checkpointing, LoRA and FSDP: :class:`DeviceSettings`; learning rate, weight decay,
+    gradient clip, seed, threads: :class:`OptimizerSettings`.
     """
 
     weighting: str = "rollout"
@@ -105,8 +113,6 @@ class RlConfig(DeviceSettings):
     updates_per_batch: int = 2
     micro_batch_rows: int = 32
     micro_batch_tokens: int = 16384  # padded tokens a forward pass at most (rows sorted by length; 0: rows only)
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.99)
     skip_zero_advantage: bool = True
     on_policy_log_ratio_max: float = 1e-3
@@ -114,8 +120,6 @@ class RlConfig(DeviceSettings):
     max_ppo_updates: int = 2  # the cap on mini-batches a step (with ppo_mini_batch_rows > 0; 0: no cap)
     old_logprobs: str = "recorded"  # recorded | recompute
     clip_ratio_c: float = 0.0  # dual-clip constant (> 1; 0: off)
-    seed: int = 0
-    torch_threads: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
 import torch
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from repro.train.batching import UpdatePlan, micro_batches, plan_updates
-from repro.train.config import RlConfig
+from repro.train.config import UpdateConfig
 from repro.train.device import base_model, distributed, make_accelerator, merged_state_dict, prepare_model
 
 # Files besides the weights that make a checkpoint directory servable (tokenizer, chat template, provenance);
@@ -195,7 +194,7 @@ class PolicyTrainer:
     """Holds the policy and its optimizer across RL steps, on the device its settings name (through accelerate:
     :mod:`repro.train.device`); with the defaults (fp32 on the CPU, full fine-tuning) a plain torch loop."""
 
-    def __init__(self, model_dir: Path, cfg: RlConfig) -> None:
+    def __init__(self, model_dir: Path, cfg: UpdateConfig) -> None:
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(cfg.seed)
@@ -436,13 +435,3 @@ class PolicyTrainer:
         shutil.rmtree(out_dir, ignore_errors=True)
         tmp.rename(out_dir)
         return out_dir
-
-
-def push_weights(server_url: str, model_dir: Path, timeout_s: float = 120.0) -> float:
-    """Ask the CPU model server at ``server_url`` to load ``model_dir``; returns the seconds it took."""
-    started = time.perf_counter()
-    response = httpx.post(f"{server_url}/v1/load_weights", json={"model_dir": str(Path(model_dir).resolve())},
-                          timeout=timeout_s)
-    if response.status_code != 200:
-        raise RuntimeError(f"the model server refused the new weights ({response.status_code}): {response.text}")
-    return time.perf_counter() - started

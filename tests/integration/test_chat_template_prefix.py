@@ -13,7 +13,7 @@ import pytest
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig
 from repro.evaluation.tokenizer_drift import prefix_drift
-from repro.jobs.tokenizer_drift import _eos_ids
+from repro.experiments.tokenizer_drift import _eos_ids
 from repro.proxy import ProxyConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.store import open_store

@@ -11,25 +11,25 @@ from pathlib import Path
 import pytest
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig
-from repro.jobs.evaluate import EvalConfig, evaluate_job
-from repro.jobs.stack import CpuServingConfig
+from repro.experiments.evaluate import evaluate_job
+from repro.experiments.setup import Setup
 from repro.proxy import ProxyConfig
+from repro.rl.evaluator import EvalConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.serving.stack import CpuServingConfig
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tinymodel.model import TinyModelConfig
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["packages", "procedural"])
+SETUP = Setup(TinyModelConfig(vocab_size=512), CpuServingConfig(), ProxyConfig(port=0),
+              MiniSweAgentConfig(step_limit=2, max_tokens=32), "mini-swe-agent", LocalSandboxConfig())
 
 
 def _evaluate(run_dir: Path, **eval_overrides) -> dict:
     run_dir.mkdir(parents=True)
-    return evaluate_job(
-        model=TinyModelConfig(vocab_size=512), serving=CpuServingConfig(), proxy=ProxyConfig(port=0),
-        harness=MiniSweAgentConfig(step_limit=2, max_tokens=32), tasks=TASKS, sandbox=LocalSandboxConfig(),
-        eval=EvalConfig(experiment="it", max_tokens=32, concurrency=3, **eval_overrides),
-        harness_name="mini-swe-agent", run_dir=run_dir,
-    )
+    return evaluate_job(SETUP, TASKS, EvalConfig(experiment="it", max_tokens=32, concurrency=3, **eval_overrides),
+                        run_dir)
 
 
 def _completions(run_dir: Path) -> dict[str, list[list[int]]]:
@@ -73,11 +73,7 @@ def test_same_spec_twice_gives_identical_outcomes_and_tokens(two_runs) -> None:
 
 def test_rerun_of_a_finished_run_skips_everything(two_runs) -> None:
     run_dir, metrics, _, _ = two_runs
-    again = evaluate_job(
-        model=TinyModelConfig(vocab_size=512), serving=CpuServingConfig(), proxy=ProxyConfig(port=0),
-        harness=MiniSweAgentConfig(step_limit=2, max_tokens=32), tasks=TASKS, sandbox=LocalSandboxConfig(),
-        eval=EvalConfig(experiment="it", max_tokens=32, concurrency=3), harness_name="mini-swe-agent",
-        run_dir=run_dir)
+    again = evaluate_job(SETUP, TASKS, EvalConfig(experiment="it", max_tokens=32, concurrency=3), run_dir)
     assert again["extra"]["samples_run_now"] == 0
     assert again["per_task"] == metrics["per_task"]
 

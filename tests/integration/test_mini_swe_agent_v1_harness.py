@@ -19,12 +19,14 @@ import yaml
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig, ensure_mini_swe_agent_env
 from harness_adapters.mini_swe_agent_v1 import FINISHED_EXIT_STATUSES, MiniSweAgentV1Harness
-from repro.jobs.evaluate import EvalConfig, evaluate_job
-from repro.jobs.stack import CpuServingConfig
+from repro.experiments.evaluate import evaluate_job
+from repro.experiments.setup import Setup
 from repro.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
+from repro.rl.evaluator import EvalConfig
 from repro.sandbox.local import LocalSandboxConfig
+from repro.serving.stack import CpuServingConfig
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.schema import Task
@@ -44,10 +46,9 @@ def v1_env():
 def test_bundled_tasks_through_the_proxy_are_fully_recorded(v1_env, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    metrics = evaluate_job(
-        model=TinyModelConfig(vocab_size=512), serving=CpuServingConfig(), proxy=ProxyConfig(port=0), harness=V1,
-        tasks=TASKS, sandbox=LocalSandboxConfig(), eval=EvalConfig(experiment="v1", max_tokens=32, concurrency=2),
-        harness_name="mini-swe-agent", run_dir=run_dir)
+    setup = Setup(TinyModelConfig(vocab_size=512), CpuServingConfig(), ProxyConfig(port=0), V1, "mini-swe-agent",
+                  LocalSandboxConfig())
+    metrics = evaluate_job(setup, TASKS, EvalConfig(experiment="v1", max_tokens=32, concurrency=2), run_dir)
     assert metrics["n_samples"] == 2 and metrics["complete"]
     assert metrics["spec"]["harness"]["version"] == "1.17.5"
     system = yaml.safe_load((v1_env.site_packages / "minisweagent/config/mini.yaml").read_text())["agent"][

@@ -21,13 +21,13 @@ import pytest
 from harness_adapters.opencode import OpenCodeConfig, OpenCodeHarness
 from harness_adapters.opencode_env import ensure_opencode_env
 from harness_adapters.registry import get_harness
-from repro.jobs.evaluate import EvalConfig, build_spec, eval_options
-from repro.jobs.rollouts import RolloutRunner
-from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
+from repro.rl.evaluator import EvalConfig, build_spec, eval_options
+from repro.rl.rollouts import RolloutRunner
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
@@ -64,7 +64,7 @@ def evaluation(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 running_stack(model_dir, CpuServingConfig(), ProxyConfig(port=0), root,
                               server_overrides={"scenarios": root / "scenarios.json",
                                                 "max_model_len": 65536}) as stack:
-            spec = build_spec(harness.identity(), "bundled", tasks, harness.cfg, LocalSandboxConfig(), ev, 0,
+            spec = build_spec(harness, "bundled", tasks, LocalSandboxConfig(), ev, 0,
                               stack.served_model_name)
             assert spec.harness.settings["settings"]["model_name"] == stack.served_model_name == "tiny"
             runner = RolloutRunner(root / "run", root / "traces.sqlite", eval_options(spec, ev), tasks, stack,

@@ -22,20 +22,23 @@ import httpx
 import psutil
 import pytest
 
-import repro.jobs.evaluate as evaluate_module
+import repro.experiments.setup as experiment_setup
 from harness_adapters.envs import HarnessEnvError
 from harness_adapters.openhands import DEFAULT_TOOLS, OpenHandsConfig, OpenHandsHarness, ensure_openhands_env
 from repro.evaluation.records import read_patch
-from repro.jobs.evaluate import EvalConfig, TaskFileConfig, evaluate_job
-from repro.jobs.stack import CpuServingConfig, running_stack
+from repro.experiments.evaluate import evaluate_job
+from repro.experiments.setup import Setup
 from repro.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
+from repro.rl.evaluator import EvalConfig
 from repro.samples import SampleConfig, build_rows
 from repro.sandbox.local import LocalSandboxConfig
+from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
+from repro.tasks.sets import TaskFileConfig
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 
 # OpenHands' first prompt is ~20.5k tokens of the tiny byte-level tokenizer: the model needs a longer context.
@@ -65,16 +68,15 @@ def test_bundled_tasks_through_evaluate_job(oh_env, tmp_path: Path, monkeypatch:
     tasks_file = tmp_path / "tasks.jsonl"
     tasks = [replace(t, problem_statement=f"SCENARIO work. {t.problem_statement}") for t in build_distribution(TASKS)]
     tasks_file.write_text("".join(json.dumps(t.to_row()) + "\n" for t in tasks))
-    stack = evaluate_module.running_stack
-    monkeypatch.setattr(evaluate_module, "running_stack", lambda *a, **kw: stack(
+    stack = experiment_setup.running_stack
+    monkeypatch.setattr(experiment_setup, "running_stack", lambda *a, **kw: stack(
         *a, **kw, server_overrides={"scenarios": scenarios}))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    metrics = evaluate_job(
-        model=MODEL, serving=CpuServingConfig(default_max_tokens=256), proxy=ProxyConfig(port=0),
-        harness=OpenHandsConfig(max_iterations=6, condenser="none"), tasks=TaskFileConfig(str(tasks_file)),
-        sandbox=LocalSandboxConfig(), eval=EvalConfig(experiment="openhands", max_tokens=256, concurrency=2),
-        harness_name="openhands", run_dir=run_dir)
+    setup = Setup(MODEL, CpuServingConfig(default_max_tokens=256), ProxyConfig(port=0),
+                  OpenHandsConfig(max_iterations=6, condenser="none"), "openhands", LocalSandboxConfig())
+    metrics = evaluate_job(setup, TaskFileConfig(str(tasks_file)),
+                           EvalConfig(experiment="openhands", max_tokens=256, concurrency=2), run_dir)
     assert metrics["n_samples"] == 2 and metrics["complete"]
     assert metrics["spec"]["harness"]["version"] == "1.58.2"
     store = open_store(run_dir / "traces.sqlite")

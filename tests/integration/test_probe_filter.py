@@ -14,10 +14,11 @@ from harness_adapters.mini_swe_agent import MiniSweAgentConfig
 from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
 from repro.evaluation.habits import slip_share
 from repro.expert.script import slipped
-from repro.jobs.probe import filter_rl_tasks
-from repro.jobs.stack import CpuServingConfig, running_stack
+from repro.files import weights_sha256
 from repro.proxy import ProxyConfig
+from repro.rl.probe import filter_rl_tasks
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tinymodel.model import TinyModelConfig
@@ -40,18 +41,18 @@ def test_probes_classify_the_tasks_and_are_cached(tmp_path: Path, monkeypatch: p
     model_dir = build_recipe_model(TinyModelConfig(vocab_size=1024, recipe_tokens=True), HARNESS, tasks)
     cfg = TaskFilterConfig(enabled=True, pool=len(tasks), k=2, all_fail_share=0.5, min_tasks=0, concurrency=4)
     sampling = {"temperature": 1.0, "max_tokens": 96}
-    box = LocalSandbox(LocalSandboxConfig())
+    box, sha = LocalSandbox(LocalSandboxConfig()), weights_sha256(model_dir)  # the probing weights: the cache key
     try:
         with running_stack(model_dir, CpuServingConfig(), ProxyConfig(port=0), tmp_path, expert_tasks=tasks_jsonl,
                            server_overrides={"expert_slip_rate": SLIP}) as stack, \
                 MiniSweAgentHarness(HARNESS, workers=1) as agent:
-            kept, summary = filter_rl_tasks(tmp_path, tasks, cfg, sampling, model_dir, stack, agent, box)
-            again, cached = filter_rl_tasks(tmp_path / "again", tasks, cfg, sampling, model_dir, stack, agent, box)
+            kept, summary = filter_rl_tasks(tmp_path, tasks, cfg, sampling, sha, stack, agent, box)
+            again, cached = filter_rl_tasks(tmp_path / "again", tasks, cfg, sampling, sha, stack, agent, box)
             strict = TaskFilterConfig(**{**cfg.__dict__, "min_tasks": 1, "fallback": "error"})
             with pytest.raises(SystemExit, match=r"rl_filter\.min_tasks"):
-                filter_rl_tasks(tmp_path, tasks, strict, sampling, model_dir, stack, agent, box)
+                filter_rl_tasks(tmp_path, tasks, strict, sampling, sha, stack, agent, box)
             fallen, fell = filter_rl_tasks(tmp_path, tasks, TaskFilterConfig(**{**cfg.__dict__, "min_tasks": 1}),
-                                           sampling, model_dir, stack, agent, box)
+                                           sampling, sha, stack, agent, box)
     finally:
         box.close()
     counts = summary["counts"]

@@ -20,12 +20,12 @@ from transformers import AutoTokenizer
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig
 from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
 from repro.expert.script import tool_call_text
-from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
 from repro.rebuilt.fidelity import replay_rollout, summarize
 from repro.rebuilt.harness import RebuiltMiniSweAgentHarness
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model

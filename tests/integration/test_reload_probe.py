@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.jobs.stack import Stack
 from repro.net import free_port
 from repro.proxy import ProxyConfig
 from repro.serving.commands import start_cpu_server_process, stop_process
 from repro.serving.cpu_server_args import CpuServerArgs
+from repro.serving.stack import Stack
 from repro.serving.weight_probe import StaleWeightsError
-from repro.train.config import RlConfig
+from repro.train.config import UpdateConfig
 from repro.train.rl import PolicyTrainer
 
 
@@ -43,7 +43,7 @@ def nudged(trainer: PolicyTrainer, seed: int) -> None:
 def test_a_sync_is_checked_against_the_trainer_and_stale_weights_fail(served, tiny_model_dir: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     stack, work = served
-    trainer = PolicyTrainer(tiny_model_dir, RlConfig(device="cpu"))
+    trainer = PolicyTrainer(tiny_model_dir, UpdateConfig(device="cpu"))
     nudged(trainer, 1)
     stack.sync_weights(trainer.save(work / "step-1"), scorer=trainer.score)
     check = stack.reload_checks[-1]
@@ -51,7 +51,7 @@ def test_a_sync_is_checked_against_the_trainer_and_stale_weights_fail(served, ti
     assert check.max_abs_diff <= check.tolerance < check.moved / 2
 
     nudged(trainer, 2)
-    monkeypatch.setattr("repro.jobs.stack.push_weights", lambda url, model_dir: 0.0)  # a reload that did nothing
+    monkeypatch.setattr("repro.serving.sync.push_weights", lambda url, model_dir: 0.0)  # a reload that did nothing
     with pytest.raises(StaleWeightsError, match="old weights are still served"):
         stack.sync_weights(trainer.save(work / "step-2"), scorer=trainer.score)
     assert not stack.reload_checks[-1].passed

@@ -98,7 +98,7 @@ def test_the_installed_wheel_runs_the_smoke_experiment_outside_the_checkout(venv
     helped = _run([str(repro), "run", "--help"], cwd=work, env=env).stdout
     assert "smoke" in helped and f"Config files: {venv}" in helped  # the listing reads the wheel's configs
     shown = _run([str(repro), "run", "--cfg", "job", "experiment=smoke"], cwd=work, env=env).stdout
-    assert "_target_: repro.jobs.smoke.smoke_job" in shown and not (work / "outputs").exists()
+    assert "_target_: repro.experiments.smoke.smoke_job" in shown and not (work / "outputs").exists()
 
     out = _run([str(repro), "run", "experiment=smoke", "harness.step_limit=2"], cwd=work, env=env, timeout=600)
     (metrics_path,) = work.glob("outputs/smoke/*/metrics.json")

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 from hydra.utils import instantiate
 
-from repro.jobs.rl_loop import RlPhaseConfig
-from repro.jobs.rl_run import resolved_steps
+from repro.rl.config import RLConfig
 from repro.runner import compose_config
 
 RECIPE = ["experiment=agl_swebench_qwen35_9b", "eval.checkpoint=/models/Qwen3.5-9B",
@@ -58,6 +57,6 @@ def test_the_configs_instantiate(cfg) -> None:
 
 @pytest.mark.parametrize(("n_tasks", "steps"), [(6000, 1000), (2000, 500), (10, 3)])
 def test_four_epochs_capped_at_1000_steps(n_tasks: int, steps: int) -> None:
-    rl = RlPhaseConfig(steps=1000, epochs=4, tasks_per_step=16)
-    assert resolved_steps(rl, n_tasks) == steps
-    assert resolved_steps(RlPhaseConfig(steps=12), n_tasks) == 12  # no epochs: the steps as given
+    rl = RLConfig(steps=1000, epochs=4, tasks_per_step=16)
+    assert rl.with_steps_for(n_tasks).steps == steps
+    assert RLConfig(steps=12).with_steps_for(n_tasks).steps == 12  # no epochs: the steps as given

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "swebench", "datasets", "trl", "vllm", "hydra", "repro.serving.engine",
-         "repro.serving.cpu_server", "repro.jobs", "repro.tinymodel")
+         "repro.serving.cpu_server", "repro.experiments", "repro.tinymodel")
 
 # Runs `repro ARGS` in this interpreter and prints the modules it imported once it is done (help) or serving (the
 # proxy: once /health answers), as JSON on the last line of stdout.

@@ -27,7 +27,14 @@ def test_experiment_composes_and_instantiates(name: str) -> None:
     for key, node in job.items():
         if isinstance(node, DictConfig) and "_target_" in node:
             obj = instantiate(node, _convert_="all")
-            assert type(obj).__name__ == node._target_.rsplit(".", 1)[1], key
+            target = _locate(node._target_)
+            assert isinstance(obj, target) if isinstance(target, type) else obj is not None, key
+
+
+def _locate(path: str) -> object:
+    from hydra.utils import get_object
+
+    return get_object(path)
 
 
 def test_default_experiment_is_the_frozen_evaluation() -> None:
@@ -73,7 +80,7 @@ def test_the_default_miniature_has_several_calls_and_the_one_call_one_is_a_group
         "locate", 4, True)
     assert (one[".tasks.difficulty"], one[".harness.step_limit"], one[".rl_filter.enabled"]) == (
         "one_step_brief", 3, False)
-    assert one[".job.warm_start.expert_slip_rate"] == 0.4 and one[".job.eval.k"] == 4
+    assert one[".job.miniature.warm_start.expert_slip_rate"] == 0.4 and one[".job.miniature.eval.k"] == 4
     by_group = _composed(["experiment=mini_repro", "miniature=one_call"])
     assert {k: v for k, v in by_group.items() if "name" not in k and "experiment" not in k} == {
         k: v for k, v in one.items() if "name" not in k and "experiment" not in k}
@@ -108,7 +115,8 @@ def test_a_rejected_config_or_task_file_is_one_error_line_and_leaves_no_run_dire
     from repro.runner import run
 
     root = tmp_path / "outputs"
-    with pytest.raises(SystemExit, match=r"^error: the 'tasks' config does not fit .*TaskFileConfig.*'families'"):
+    nested = r"^error: the 'miniature.tasks' config does not fit .*TaskFileConfig.*'families'"  # the inner node
+    with pytest.raises(SystemExit, match=nested):
         run(["experiment=mini_repro", "tasks=file", "tasks.source=x.jsonl", f"run.output_root={root}"])
     with pytest.raises(SystemExit, match=r"^error: task file .*nope.jsonl does not exist"):
         run(["experiment=eval_bundled", "tasks=file", f"tasks.source={tmp_path / 'nope.jsonl'}",

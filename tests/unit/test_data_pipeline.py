@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from repro.jobs.data_pipeline import split_kept, static_filters
+from repro.experiments.data_pipeline import split_kept, static_filters
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.loaders import load_tasks
 

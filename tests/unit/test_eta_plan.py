@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from repro.jobs.miniature import ArmConfig, MiniatureConfig, miniature_phases
+from repro.experiments.miniature import ArmConfig, miniature_phases
 from repro.report import eta
 from repro.runner import compose_config
 from repro.train.sft import sft_steps
@@ -21,20 +21,16 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _default_phases(overrides: list[str]) -> list[tuple[str, str, float]]:
     job = compose_config(["experiment=mini_repro", *overrides]).job
-    get = {k: instantiate(job[k], _convert_="all") for k in
-           ("model", "serving", "proxy", "harness", "train_tasks", "tasks", "sandbox", "eval", "warm_start", "loop",
-            "rl", "trainer", "samples", "rl_filter")}
-    cfg = MiniatureConfig(*(get[k] for k in ("model", "serving", "proxy", "harness")), "mini-swe-agent",
-                          *(get[k] for k in ("train_tasks", "tasks", "sandbox", "eval", "warm_start")))
-    return miniature_phases(cfg, ArmConfig(get["loop"], get["rl"], get["trainer"], get["samples"], get["rl_filter"]))
+    get = {k: instantiate(job[k], _convert_="all") for k in ("miniature", "loop", "rl")}
+    return miniature_phases(get["miniature"], ArmConfig(get["loop"], get["rl"]))
 
 
 def test_the_default_miniature_plans_every_phase_with_its_units() -> None:
     phases = {name: (kind, units) for name, kind, units in _default_phases([])}
     job = compose_config(["experiment=mini_repro"]).job
-    ws, ev, rl, flt = job.warm_start, job.eval, job.rl, job.rl_filter
+    ws, ev, rl, flt = job.miniature.warm_start, job.miniature.eval, job.rl.schedule, job.rl.task_filter
     assert phases["warm_start_demos"] == ("demo", ws.n_demo_tasks)
-    assert phases["eval_before"] == phases["eval_after"] == ("eval_sample", job.tasks.n_tasks * ev.k)
+    assert phases["eval_before"] == phases["eval_after"] == ("eval_sample", job.miniature.tasks.n_tasks * ev.k)
     assert phases["probe"] == ("probe_sample", flt.pool * flt.k)
     assert phases["rl (proxy loop)"] == ("rl_rollout_proxy", rl.steps * rl.tasks_per_step * rl.samples_per_task)
     assert "probe" not in {n for n, _, _ in _default_phases(["rl_filter.enabled=false"])}

@@ -199,7 +199,7 @@ def test_default_k_values() -> None:
 
 def test_a_run_whose_every_sample_is_an_infrastructure_failure_exits_with_the_reason(tmp_path) -> None:
     from repro.evaluation import InstanceReport
-    from repro.jobs.evaluate import refuse_if_all_infra
+    from repro.rl.evaluator import refuse_if_all_infra
 
     missing = "task t: repository acme/x is missing at /r/acme__x. Obtain it ..."
     bad = [InstanceReport(instance_id=f"t{i}", sample=0, rollout_id=f"r{i}", outcome="error", reason=missing)

@@ -186,7 +186,7 @@ def test_file_and_task_hashes(tmp_path: Path) -> None:
 def test_the_model_name_a_harness_is_given_is_in_its_spec() -> None:
     """OpenCode picks its system prompt by the model name: the served name fills the identity's placeholder (two
     names, two fingerprints); an identity without the placeholder is left as it was (published fingerprints hold)."""
-    from repro.jobs.evaluate import with_model_name
+    from repro.rl.evaluator import with_model_name
 
     identity = {"name": "opencode", "version": "1.18.33", "settings": {"model_name": "{served_model_name}"}}
     named = with_model_name(identity, "qwen3-tiny")

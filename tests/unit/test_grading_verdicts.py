@@ -169,17 +169,17 @@ def test_a_conftest_the_patch_adds_cannot_rewrite_reports(subtest_task, tmp_path
 
 
 def test_the_grading_interpreter_and_pytest_version_are_in_the_fingerprint(pytest8_python) -> None:
-    from repro.jobs.evaluate import EvalConfig, build_spec
+    from repro.rl.evaluator import EvalConfig, build_spec
     from repro.sandbox.grading_env import GRADING_PYTEST, default_grading_python, grading_identity
     from repro.sandbox.local import LocalSandboxConfig
+    from repro.testing import FakeHarness
 
     assert grading_identity(default_grading_python())["pytest"] == GRADING_PYTEST  # the pinned default
     assert grading_identity(pytest8_python)["pytest"] == "8.3.5"
     task = Task(instance_id="i", repo="acme/x", base_commit="abc", problem_statement="p")
 
     def spec(python: str | None):
-        return build_spec({"name": "h", "version": "1"}, "set", [task], None, LocalSandboxConfig(python=python),
-                          EvalConfig(), None)
+        return build_spec(FakeHarness(), "set", [task], LocalSandboxConfig(python=python), EvalConfig(), None)
 
     default, pinned8 = spec(None), spec(pytest8_python)
     assert default.sandbox.settings["grading"]["pytest"] == GRADING_PYTEST

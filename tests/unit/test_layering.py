@@ -23,9 +23,9 @@ def imported_modules(path: Path) -> set[str]:
 
 @pytest.mark.parametrize(("package", "forbidden"), [
     ("harness_adapters", "repro.serving"),
-    ("repro/serving", "repro.jobs"),
-    ("repro/tinymodel", "repro.jobs"),
-    ("repro/expert", "repro.jobs"),
+    ("repro/serving", "repro.experiments"),
+    ("repro/tinymodel", "repro.experiments"),
+    ("repro/expert", "repro.experiments"),
     ("repro/expert", "repro.serving"),
 ])
 def test_package_does_not_import(package: str, forbidden: str) -> None:
@@ -38,5 +38,5 @@ def test_package_does_not_import(package: str, forbidden: str) -> None:
 
 def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from repro.jobs.stack import Stack\n    import repro.serving.engine\n")
-    assert imported_modules(module) == {"repro.jobs.stack", "repro.serving.engine"}
+    module.write_text("def f():\n    from repro.serving.stack import Stack\n    import repro.serving.engine\n")
+    assert imported_modules(module) == {"repro.serving.stack", "repro.serving.engine"}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from repro.testing import FakeTrainingRow
 from repro.train.batching import micro_batches
-from repro.train.config import RlConfig
+from repro.train.config import UpdateConfig
 from repro.train.rl import PolicyTrainer
 
 
@@ -55,7 +55,7 @@ def test_bad_caps_are_refused(max_rows: int, max_tokens: int) -> None:
     with pytest.raises(ValueError, match="micro_batch"):
         micro_batches([_Sized(3)], max_rows, max_tokens)
     with pytest.raises(ValueError, match="micro_batch"):
-        RlConfig(micro_batch_rows=max_rows, micro_batch_tokens=max_tokens)
+        UpdateConfig(micro_batch_rows=max_rows, micro_batch_tokens=max_tokens)
 
 
 def _rows() -> list[FakeTrainingRow]:
@@ -66,7 +66,7 @@ def _rows() -> list[FakeTrainingRow]:
 def _gradient(model_dir: Path, **cut: int) -> dict[str, torch.Tensor]:
     """The gradient of one update (left on the parameters after the optimizer step; Adam's first step, about
     lr * sign(g), would magnify float noise in near-zero entries, so the gradient is what is compared)."""
-    cfg = RlConfig(learning_rate=1e-3, updates_per_batch=1, on_policy_log_ratio_max=0.0, **cut)
+    cfg = UpdateConfig(learning_rate=1e-3, updates_per_batch=1, on_policy_log_ratio_max=0.0, **cut)
     trainer = PolicyTrainer(model_dir, cfg)
     trainer.update(_rows())
     return {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None}

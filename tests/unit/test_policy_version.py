@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from repro.jobs.stack import Stack
+from repro.serving.stack import Stack
 from tests.support import RunningProxy
 
 

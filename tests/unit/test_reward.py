@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from repro.evaluation import Usage
-from repro.jobs.rollouts import RolloutOptions, RolloutRunner
 from repro.protocols import GradeResult
+from repro.rl.rollouts import RolloutOptions, RolloutRunner
 from repro.tasks.schema import Task
 from repro.train.reward import RewardConfig, ramp, rewarded_tests, shaped_reward, task_reward
 

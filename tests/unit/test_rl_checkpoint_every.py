@@ -9,31 +9,37 @@ from types import SimpleNamespace
 
 import pytest
 
-from repro.jobs.miniature import stage_policy
-from repro.jobs.rl_loop import CHECKPOINT, POLICY_STEP, STEP_RECORD, TRAINER_STATE, RlLoop, RlPhaseConfig
+import repro.rl.trainer as rl_trainer
+from repro.rl.checkpoints import CHECKPOINT, POLICY_STEP, TRAINER_STATE, RunState, stage_policy
+from repro.rl.config import RLConfig
+from repro.rl.trainer import RLTrainer
+from repro.train.config import UpdateConfig
 
 
 class StubTrainer:
-    cfg = SimpleNamespace(on_policy_log_ratio_max=0.0)
+    def __init__(self, *args: object) -> None:
+        pass
 
     def save_state(self, path: Path) -> Path:
         Path(path).write_text("state")
         return Path(path)
 
 
-def _finish_step(loop: RlLoop, policy: Path, step: int) -> None:
-    """What RlLoop.step leaves behind after an update: weights marked with the step, the record, the checkpoint."""
+def _finish_step(loop: RunState, policy: Path, step: int) -> None:
+    """What RLTrainer.train leaves behind after an update: weights marked with the step, the checkpoint, the record."""
     (policy / "model.safetensors").write_text(f"weights after step {step}")
-    (policy / POLICY_STEP).write_text(json.dumps({"step": step}))
-    step_dir = loop.run_dir / "rl" / f"step_{step:03d}"
-    step_dir.mkdir(parents=True, exist_ok=True)
-    (step_dir / STEP_RECORD).write_text(json.dumps({"step": step}))
-    loop._checkpoint(step)
+    loop.mark_weights(step)
+    loop.save(step, StubTrainer())
+    loop.write_step(step, {"step": step})
 
 
-def _loop(run_dir: Path, policy: Path, every: int, steps: int = 6) -> RlLoop:
-    return RlLoop(run_dir, RlPhaseConfig(steps=steps, checkpoint_every=every), StubTrainer(), None, None, None, None,
-                  policy)
+def _loop(run_dir: Path, policy: Path, every: int, steps: int = 6) -> RunState:
+    return RunState(run_dir, policy, steps, every)
+
+
+def _trainer(run_dir: Path, policy: Path, cfg: RLConfig, monkeypatch) -> RLTrainer:
+    monkeypatch.setattr(rl_trainer, "PolicyTrainer", StubTrainer)  # no model: these tests stop before an update
+    return RLTrainer(SimpleNamespace(model_dir=policy), None, None, cfg, run_dir)
 
 
 def _warm(tmp_path: Path) -> Path:
@@ -84,23 +90,19 @@ def test_the_last_step_is_always_a_checkpoint(tmp_path: Path) -> None:
 
 def test_checkpoint_every_must_be_positive() -> None:
     with pytest.raises(ValueError, match="checkpoint_every"):
-        RlPhaseConfig(checkpoint_every=0)
+        RLConfig(checkpoint_every=0)
 
 
-def test_one_step_off_needs_the_on_policy_check_off(tmp_path: Path) -> None:
-    class Trainer(StubTrainer):
-        cfg = SimpleNamespace(on_policy_log_ratio_max=1e-3)
-
+def test_one_step_off_needs_the_on_policy_check_off(tmp_path: Path, monkeypatch) -> None:
+    cfg = RLConfig(mode="one_step_off", update=UpdateConfig(on_policy_log_ratio_max=1e-3))
     with pytest.raises(ValueError, match="on_policy_log_ratio_max=0"):
-        RlLoop(tmp_path, RlPhaseConfig(mode="one_step_off"), Trainer(), None, None, None, None, tmp_path)
+        _trainer(tmp_path, tmp_path, cfg, monkeypatch)
     with pytest.raises(ValueError, match=r"rl\.mode must be one of"):
-        RlPhaseConfig(mode="async")
+        RLConfig(mode="async")
 
 
 def test_a_steps_rows_are_built_in_task_order_not_completion_order(tmp_path: Path, monkeypatch) -> None:
     import random
-
-    from repro.jobs import rl_loop
 
     seen: list[list[str]] = []
 
@@ -111,14 +113,13 @@ def test_a_steps_rows_are_built_in_task_order_not_completion_order(tmp_path: Pat
         seen.append(list(ids))
         raise Stop
 
-    monkeypatch.setattr(rl_loop, "build_rows", build_rows)
-    monkeypatch.setattr(rl_loop, "open_store", lambda path: SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(rl_trainer, "build_rows", build_rows)
+    monkeypatch.setattr(rl_trainer, "open_store", lambda path: SimpleNamespace(close=lambda: None))
     reports = [SimpleNamespace(instance_id=f"task-{t}", sample=k, rollout_id=f"r-{t}-{k}")
                for t in range(5) for k in range(4)]
-    loop = _loop(tmp_path / "arm", tmp_path / "policy", every=1)
-    acct = SimpleNamespace(phase=lambda name: __import__("contextlib").nullcontext())
+    trainer = _trainer(tmp_path / "arm", tmp_path / "policy", RLConfig(), monkeypatch)
     for seed in range(3):
         shuffled = random.Random(seed).sample(reports, len(reports))
         with pytest.raises(Stop):
-            loop.train(0, shuffled, 0.0, acct)
+            trainer.train(0, shuffled, 0.0)
     assert seen[0] == [r.rollout_id for r in reports] and seen[0] == seen[1] == seen[2]

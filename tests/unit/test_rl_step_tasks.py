@@ -8,7 +8,8 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro.jobs.rl_loop import RlPhaseConfig, step_tasks
+from repro.rl.config import RLConfig
+from repro.rl.steps import step_tasks
 from repro.tasks.schema import Task
 
 
@@ -23,7 +24,7 @@ def ids(picked: list[Task]) -> list[str]:
 @given(st.integers(1, 40), st.integers(1, 12), st.integers(0, 5), st.booleans())
 def test_a_pass_takes_every_task_once_and_a_step_never_repeats_one(n: int, per_step: int, seed: int,
                                                                   reshuffle: bool) -> None:
-    cfg = RlPhaseConfig(tasks_per_step=per_step, seed=seed, reshuffle_each_epoch=reshuffle)
+    cfg = RLConfig(tasks_per_step=per_step, seed=seed, reshuffle_each_epoch=reshuffle)
     pool = tasks(n)
     steps = [ids(step_tasks(pool, cfg, s)) for s in range(3 * n)]
     assert all(len(s) == len(set(s)) == min(per_step, n) for s in steps)
@@ -36,8 +37,8 @@ def test_a_pass_takes_every_task_once_and_a_step_never_repeats_one(n: int, per_s
 
 def test_the_default_repeats_one_order_and_reshuffling_gives_each_pass_its_own() -> None:
     pool = tasks(32)
-    fixed = RlPhaseConfig(tasks_per_step=16, seed=3)
-    fresh = RlPhaseConfig(tasks_per_step=16, seed=3, reshuffle_each_epoch=True)
+    fixed = RLConfig(tasks_per_step=16, seed=3)
+    fresh = RLConfig(tasks_per_step=16, seed=3, reshuffle_each_epoch=True)
     passes = {name: [ids(step_tasks(pool, cfg, 2 * p)) + ids(step_tasks(pool, cfg, 2 * p + 1)) for p in range(3)]
               for name, cfg in (("fixed", fixed), ("fresh", fresh))}
     assert passes["fixed"][0] == passes["fixed"][1] == passes["fixed"][2]

@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from repro.evaluation.spec import EvalSpec, HarnessSpec, SamplingSpec, TaskSetSpec
-from repro.jobs.rl_loop import RlPhaseConfig, rollout_options
 from repro.proxy.registry import RolloutRegistry
+from repro.rl.config import RLConfig
+from repro.rl.steps import rollout_options
 from repro.seeding import SEED_BITS, call_seed, derive_seed, eval_seed, rl_seed
 from repro.serving.sampling import sample_row
 from repro.store import open_store
@@ -53,7 +54,7 @@ def test_two_tasks_with_the_same_sample_index_decide_independently_in_evaluation
 
 
 def test_two_tasks_with_the_same_sample_index_decide_independently_in_rl() -> None:
-    seed_of = rollout_options(RlPhaseConfig(seed=3), step=0, identity={}).seed_of
+    seed_of = rollout_options(RLConfig(seed=3), step=0, identity={}).seed_of
     assert seed_of is not None
     seeds_a = [seed_of("task-a", s) for s in range(N_SAMPLES)]
     seeds_b = [seed_of("task-b", s) for s in range(N_SAMPLES)]

@@ -67,7 +67,7 @@ def _hydra(overrides: list[str]) -> Any:
 def test_sweep_config_names_its_directory_and_callback() -> None:
     cfg = _hydra(["experiment=harness_sweep", "run.output_root=/tmp/o"])
     assert cfg.hydra.callbacks.sweep_table._target_ == "repro.report.sweep.SweepTableCallback"
-    assert cfg.eval.layout == "matrix" and cfg.job.harness_name is None
+    assert cfg.eval.layout == "matrix" and cfg.job.setup.harness_name is None
 
 
 @pytest.mark.parametrize(("launcher", "target", "setting"), [

@@ -11,8 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness_adapters.mini_swe_agent_v1 import container_overlay
-from repro.jobs.rollouts import require_container_support
-from repro.protocols import ContainerSpec
+from repro.protocols import ContainerSpec, require_container_support
 from repro.sandbox.eval_script import eval_spec
 from repro.tasks.loaders import load_tasks
 from repro.tasks.swesmith import is_swesmith, reverse_patch, startup_command

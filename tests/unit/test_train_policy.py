@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.train.config import RlConfig
+from repro.train.config import UpdateConfig
 from repro.train.rl import OffPolicyError, PolicyTrainer, check_rows, clipped_policy_loss, pad_rows, token_logprobs
 from tests.support import FakeRow
 
 
 def _rows_with_logprobs(model_dir: Path, rows: list[FakeRow]) -> list[FakeRow]:
     """Fill old_logprobs with the checkpoint's own logprobs (what the server would have recorded)."""
-    trainer = PolicyTrainer(model_dir, RlConfig())
+    trainer = PolicyTrainer(model_dir, UpdateConfig())
     for row in rows:
         batch = pad_rows([FakeRow(row.input_ids, row.loss_mask, [0.0] * len(row.input_ids))], 0)
         with torch.no_grad():
@@ -35,7 +35,7 @@ def _sampled_logprob(trainer: PolicyTrainer, row: FakeRow) -> float:
 def test_update_moves_sampled_tokens_in_the_direction_of_the_advantage(tiny_model_dir: Path, advantage: float) -> None:
     row = _rows_with_logprobs(tiny_model_dir, [FakeRow(list(range(5, 25)), [0] * 12 + [1] * 8)])[0]
     row.advantage = advantage
-    trainer = PolicyTrainer(tiny_model_dir, RlConfig(learning_rate=1e-2, updates_per_batch=1))
+    trainer = PolicyTrainer(tiny_model_dir, UpdateConfig(learning_rate=1e-2, updates_per_batch=1))
     before = _sampled_logprob(trainer, row)
     stats = trainer.update([row])
     after = _sampled_logprob(trainer, row)
@@ -47,7 +47,7 @@ def test_zero_advantage_rows_are_skipped_but_count_in_the_normalizer(tiny_model_
     rows = _rows_with_logprobs(tiny_model_dir, [FakeRow(list(range(5, 15)), [0] * 5 + [1] * 5),
                                                 FakeRow(list(range(6, 16)), [0] * 5 + [1] * 5)])
     rows[1].advantage = 0.0
-    stats = PolicyTrainer(tiny_model_dir, RlConfig()).update(rows)
+    stats = PolicyTrainer(tiny_model_dir, UpdateConfig()).update(rows)
     assert stats["rows_trained"] == 1 and stats["normalizer"] == 2.0
 
 
@@ -94,42 +94,42 @@ def test_rows_without_recorded_logprobs_are_refused() -> None:
 
 
 def test_saved_policy_is_a_servable_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
-    out = PolicyTrainer(tiny_model_dir, RlConfig()).save(tmp_path / "policy")
+    out = PolicyTrainer(tiny_model_dir, UpdateConfig()).save(tmp_path / "policy")
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
     assert not (tmp_path / "policy.tmp").exists()
 
 
 def test_bad_trainer_settings_name_the_choices() -> None:
     with pytest.raises(ValueError, match="rollout"):
-        RlConfig(weighting="episode")
+        UpdateConfig(weighting="episode")
 
 
 def test_first_update_refuses_logprobs_the_policy_did_not_produce(tiny_model_dir: Path) -> None:
     rows = _rows_with_logprobs(tiny_model_dir, [FakeRow(list(range(5, 25)), [0] * 12 + [1] * 8),
                                                 FakeRow(list(range(7, 27)), [0] * 10 + [1] * 10, advantage=-1.0)])
-    stats = PolicyTrainer(tiny_model_dir, RlConfig()).update(rows)  # the server's own logprobs: on policy
+    stats = PolicyTrainer(tiny_model_dir, UpdateConfig()).update(rows)  # the server's own logprobs: on policy
     first = stats["updates"][0]
     assert first["log_ratio_abs_max"] < 1e-4 and first["entropy"] > 0 and "entropy" not in stats["updates"][1]
     rows = _rows_with_logprobs(tiny_model_dir, rows)
     rows[1].old_logprobs[15] += 0.01  # one sampled token's recorded logprob off by 0.01 nats
-    trainer = PolicyTrainer(tiny_model_dir, RlConfig())
+    trainer = PolicyTrainer(tiny_model_dir, UpdateConfig())
     with pytest.raises(OffPolicyError, match="on_policy_log_ratio_max"):
         trainer.update(rows)
-    assert PolicyTrainer(tiny_model_dir, RlConfig(on_policy_log_ratio_max=0.0)).update(rows)["rows_trained"] == 2
+    assert PolicyTrainer(tiny_model_dir, UpdateConfig(on_policy_log_ratio_max=0.0)).update(rows)["rows_trained"] == 2
 
 
 @pytest.mark.parametrize("field_name", ["temperature", "top_p"])
 def test_rl_refuses_sampling_the_loss_does_not_model(field_name: str) -> None:
-    from repro.jobs.rl_loop import RlPhaseConfig
+    from repro.rl.config import RLConfig
 
     with pytest.raises(ValueError, match=f"rl.{field_name}=0.7 is not supported"):
-        RlPhaseConfig(**{field_name: 0.7})
+        RLConfig(**{field_name: 0.7})
 
 
 def test_a_batch_without_advantage_is_still_checked_and_measured(tiny_model_dir: Path) -> None:
     rows = _rows_with_logprobs(tiny_model_dir, [FakeRow(list(range(5, 25)), [0] * 12 + [1] * 8, advantage=0.0)])
-    stats = PolicyTrainer(tiny_model_dir, RlConfig()).update(rows)
+    stats = PolicyTrainer(tiny_model_dir, UpdateConfig()).update(rows)
     assert stats["updates"] == [] and stats["measured"]["log_ratio_abs_max"] < 1e-4 and stats["measured"]["entropy"] > 0
     rows[0].old_logprobs[14] -= 0.01
     with pytest.raises(OffPolicyError):
-        PolicyTrainer(tiny_model_dir, RlConfig()).update(rows)
+        PolicyTrainer(tiny_model_dir, UpdateConfig()).update(rows)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.jobs.rl_loop import step_diagnostics
-from repro.train.config import RlConfig
+from repro.rl.steps import step_diagnostics
+from repro.train.config import UpdateConfig
 from repro.train.rl import OffPolicyError, PolicyTrainer, clipped_policy_loss, pad_rows, token_logprobs
 from tests.support import FakeRow
 
@@ -19,7 +19,7 @@ SHIFT = 0.05  # nats added to every recorded sampling logprob
 
 def on_policy_rows(model_dir: Path, n: int, shift: float = 0.0) -> list[FakeRow]:
     """``n`` rows (alternating advantage signs) whose recorded logprobs are the checkpoint's own, plus ``shift``."""
-    model = PolicyTrainer(model_dir, RlConfig()).model
+    model = PolicyTrainer(model_dir, UpdateConfig()).model
     rows = []
     for i in range(n):
         row = FakeRow(list(range(5 + i, 21 + i)), [0] * 8 + [1] * 8, advantage=1.0 if i % 2 == 0 else -1.0)
@@ -45,7 +45,7 @@ def count_steps(trainer: PolicyTrainer) -> list[int]:
 
 @pytest.mark.parametrize(("n_rows", "steps"), [(1, 0), (2, 1), (3, 1), (4, 2), (7, 2)])
 def test_one_optimizer_step_per_mini_batch_capped(tiny_model_dir: Path, n_rows: int, steps: int) -> None:
-    trainer = PolicyTrainer(tiny_model_dir, RlConfig(ppo_mini_batch_rows=2, max_ppo_updates=2))
+    trainer = PolicyTrainer(tiny_model_dir, UpdateConfig(ppo_mini_batch_rows=2, max_ppo_updates=2))
     calls = count_steps(trainer)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     stats = trainer.update(on_policy_rows(tiny_model_dir, n_rows))
@@ -59,26 +59,27 @@ def test_the_planned_normalizer_counts_zero_advantage_rows_and_their_mini_batch_
         tiny_model_dir: Path) -> None:
     rows = on_policy_rows(tiny_model_dir, 4)
     rows[2].advantage = rows[3].advantage = 0.0  # the second mini-batch has nothing to learn from
-    trainer = PolicyTrainer(tiny_model_dir, RlConfig(ppo_mini_batch_rows=2, max_ppo_updates=2))
+    trainer = PolicyTrainer(tiny_model_dir, UpdateConfig(ppo_mini_batch_rows=2, max_ppo_updates=2))
     calls = count_steps(trainer)
     stats = trainer.update(rows)
     assert stats["normalizer"] == 4.0 and stats["rows_trained"] == 2 and calls[0] == 2
 
 
 def test_by_default_every_row_gets_updates_per_batch_passes(tiny_model_dir: Path) -> None:
-    trainer = PolicyTrainer(tiny_model_dir, RlConfig(updates_per_batch=3))
+    trainer = PolicyTrainer(tiny_model_dir, UpdateConfig(updates_per_batch=3))
     calls = count_steps(trainer)
     stats = trainer.update(on_policy_rows(tiny_model_dir, 3))
     assert trainer.plan([]) is None and calls[0] == 3 == stats["optimizer_steps"] and not stats["update_skipped"]
     with pytest.raises(ValueError, match="ppo_mini_batch_rows > 0"):
-        trainer.update([], trainer.plan([]) or PolicyTrainer(tiny_model_dir, RlConfig(ppo_mini_batch_rows=1)).plan([]))
+        other = PolicyTrainer(tiny_model_dir, UpdateConfig(ppo_mini_batch_rows=1))
+        trainer.update([], trainer.plan([]) or other.plan([]))
 
 
 @pytest.mark.parametrize("mini_batch_rows", [0, 2])
 def test_recompute_makes_the_first_ratio_exactly_one_despite_perturbed_recorded_logprobs(
         tiny_model_dir: Path, mini_batch_rows: int) -> None:
     rows = on_policy_rows(tiny_model_dir, 4, shift=SHIFT)
-    cfg = RlConfig(old_logprobs="recompute", on_policy_log_ratio_max=0.0, learning_rate=1e-7,
+    cfg = UpdateConfig(old_logprobs="recompute", on_policy_log_ratio_max=0.0, learning_rate=1e-7,
                    ppo_mini_batch_rows=mini_batch_rows)
     stats = PolicyTrainer(tiny_model_dir, cfg).update(rows)
     first, second = stats["updates"]
@@ -92,7 +93,7 @@ def test_recompute_makes_the_first_ratio_exactly_one_despite_perturbed_recorded_
 @pytest.mark.parametrize("mini_batch_rows", [0, 2])
 def test_recorded_logprobs_show_the_perturbation_as_the_ratio(tiny_model_dir: Path, mini_batch_rows: int) -> None:
     rows = on_policy_rows(tiny_model_dir, 4, shift=SHIFT)
-    cfg = RlConfig(on_policy_log_ratio_max=0.0, learning_rate=1e-7, ppo_mini_batch_rows=mini_batch_rows)
+    cfg = UpdateConfig(on_policy_log_ratio_max=0.0, learning_rate=1e-7, ppo_mini_batch_rows=mini_batch_rows)
     stats = PolicyTrainer(tiny_model_dir, cfg).update(rows)
     first, second = stats["updates"]
     assert first["ratio_mean"] == pytest.approx(math.exp(-SHIFT), abs=1e-4)
@@ -106,12 +107,12 @@ def test_the_on_policy_check_reads_the_recorded_mismatch_in_both_modes(tiny_mode
                                                                       old_logprobs: str) -> None:
     rows = on_policy_rows(tiny_model_dir, 2, shift=SHIFT)
     with pytest.raises(OffPolicyError, match="on_policy_log_ratio_max"):
-        PolicyTrainer(tiny_model_dir, RlConfig(old_logprobs=old_logprobs)).update(rows)
+        PolicyTrainer(tiny_model_dir, UpdateConfig(old_logprobs=old_logprobs)).update(rows)
 
 
 def test_a_skipped_step_still_measures_the_mismatch(tiny_model_dir: Path) -> None:
     rows = on_policy_rows(tiny_model_dir, 1, shift=SHIFT)
-    stats = PolicyTrainer(tiny_model_dir, RlConfig(ppo_mini_batch_rows=2, on_policy_log_ratio_max=0.0)).update(rows)
+    stats = PolicyTrainer(tiny_model_dir, UpdateConfig(ppo_mini_batch_rows=2, on_policy_log_ratio_max=0.0)).update(rows)
     assert stats["update_skipped"] and stats["updates"] == []
     assert stats["old_logprob_mismatch"]["max"] == pytest.approx(SHIFT, abs=1e-5)
     diagnostics = step_diagnostics({"step": 0, "reward_mean": 0.0, "mixed_groups": 0, "groups": 1, "calls": 1,
@@ -138,8 +139,8 @@ def test_dual_clip_caps_a_negative_advantages_loss_at_c_times_its_size() -> None
 
 def test_bad_update_rule_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="clip_ratio_c must be > 1"):
-        RlConfig(clip_ratio_c=0.5)
+        UpdateConfig(clip_ratio_c=0.5)
     with pytest.raises(ValueError, match="old_logprobs must be one of"):
-        RlConfig(old_logprobs="server")
+        UpdateConfig(old_logprobs="server")
     with pytest.raises(ValueError, match="max_ppo_updates must be >= 0"):
-        RlConfig(ppo_mini_batch_rows=-1)
+        UpdateConfig(ppo_mini_batch_rows=-1)

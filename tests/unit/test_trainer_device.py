@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 
 from repro.testing import FakeTrainingRow
 from repro.train.batching import micro_batches
-from repro.train.config import DeviceSettings, RlConfig, SftConfig, non_default_device_settings
+from repro.train.config import DeviceSettings, SftConfig, UpdateConfig, non_default_device_settings
 from repro.train.device import resolve_device
 from repro.train.rl import PolicyTrainer, clipped_policy_loss, pad_rows, token_logprobs_and_entropy
 from repro.train.sft import sft_train
@@ -26,7 +26,7 @@ def _rows() -> list[FakeTrainingRow]:
     return [FakeTrainingRow([1 + i, 2, 3 + i, 4, 5 + i % 7, 6, 7 + i], 1.0 if i % 2 else -1.0) for i in range(6)]
 
 
-def _reference_update(model_dir: Path, rows: list[FakeTrainingRow], cfg: RlConfig) -> dict[str, torch.Tensor]:
+def _reference_update(model_dir: Path, rows: list[FakeTrainingRow], cfg: UpdateConfig) -> dict[str, torch.Tensor]:
     """The update written as a plain torch loop (no accelerate): what the defaults must reproduce exactly."""
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -53,7 +53,7 @@ def _saved(path: Path) -> dict[str, torch.Tensor]:
 
 
 def test_cpu_defaults_are_the_plain_torch_loop_bit_for_bit(tiny_model_dir: Path, tmp_path: Path) -> None:
-    cfg = RlConfig(**CFG)
+    cfg = UpdateConfig(**CFG)
     trainer = PolicyTrainer(tiny_model_dir, cfg)
     assert trainer.device.type == "cpu"
     trainer.update(_rows())
@@ -72,7 +72,7 @@ def _logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
 def test_lora_trains_adapters_only_and_saves_merged_weights_that_load_without_peft(tiny_model_dir: Path,
                                                                                   tmp_path: Path) -> None:
     pytest.importorskip("peft", reason="LoRA needs the lora extra (peft)")
-    trainer = PolicyTrainer(tiny_model_dir, RlConfig(**{**CFG, "learning_rate": 5e-2}, lora_rank=4, lora_alpha=8))
+    trainer = PolicyTrainer(tiny_model_dir, UpdateConfig(**{**CFG, "learning_rate": 5e-2}, lora_rank=4, lora_alpha=8))
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     base_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
@@ -90,8 +90,8 @@ def test_lora_trains_adapters_only_and_saves_merged_weights_that_load_without_pe
 
 
 def test_gradient_checkpointing_changes_memory_not_the_update(tiny_model_dir: Path, tmp_path: Path) -> None:
-    plain = PolicyTrainer(tiny_model_dir, RlConfig(**CFG))
-    checkpointed = PolicyTrainer(tiny_model_dir, RlConfig(**CFG, gradient_checkpointing=True))
+    plain = PolicyTrainer(tiny_model_dir, UpdateConfig(**CFG))
+    checkpointed = PolicyTrainer(tiny_model_dir, UpdateConfig(**CFG, gradient_checkpointing=True))
     assert checkpointed.model.is_gradient_checkpointing
     plain.update(_rows())
     checkpointed.update(_rows())
@@ -107,7 +107,7 @@ def test_a_gpu_asked_for_where_there_is_none_is_a_clear_error() -> None:
         resolve_device("cuda")
     assert resolve_device("auto") == "cpu"
     with pytest.raises(ValueError, match="device must be one of"):
-        RlConfig(device="tpu")
+        UpdateConfig(device="tpu")
     with pytest.raises(ValueError, match="lora_rank"):
         SftConfig(lora_rank=-1)
 

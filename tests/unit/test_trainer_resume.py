@@ -9,7 +9,7 @@ import torch
 
 from repro.files import weights_sha256
 from repro.testing import FakeTrainingRow
-from repro.train.config import RlConfig
+from repro.train.config import UpdateConfig
 from repro.train.rl import PolicyTrainer
 
 
@@ -19,7 +19,7 @@ def _rows(offset: int) -> list[FakeTrainingRow]:
 
 
 def test_a_resumed_trainer_continues_bit_for_bit(tiny_model_dir: Path, tmp_path: Path) -> None:
-    cfg = RlConfig(learning_rate=1e-3, updates_per_batch=2, micro_batch_rows=4, on_policy_log_ratio_max=0.0)
+    cfg = UpdateConfig(learning_rate=1e-3, updates_per_batch=2, micro_batch_rows=4, on_policy_log_ratio_max=0.0)
     straight = PolicyTrainer(tiny_model_dir, cfg)
     for offset in (0, 1):
         straight.update(_rows(offset))

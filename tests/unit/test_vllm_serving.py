@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from repro.jobs.stack import Stack, VllmServingConfig, running_stack
 from repro.proxy import ProxyConfig
 from repro.runner import compose_config
+from repro.serving.stack import Stack, VllmServingConfig, running_stack
 from repro.serving.vllm_env import VllmEnvError, env_request, resolve_distribution
 from repro.serving.vllm_launcher import VLLMNotInstalledError, build_vllm_command
 
@@ -20,7 +20,7 @@ from repro.serving.vllm_launcher import VLLMNotInstalledError, build_vllm_comman
 def test_serving_vllm_composes_and_makes_the_launch_command(tmp_path: Path) -> None:
     cfg = compose_config(["experiment=eval_bundled", "serving=vllm", "serving.tensor_parallel_size=4",
                           "serving.max_model_len=81920"])
-    assert cfg.serving._target_ == "repro.jobs.stack.VllmServingConfig"
+    assert cfg.serving._target_ == "repro.serving.stack.VllmServingConfig"
     serving = VllmServingConfig(tensor_parallel_size=4, max_model_len=81920)
     cmd = build_vllm_command(serving.launcher_config(tmp_path / "served", 8123))
     joined = " ".join(cmd)
@@ -78,7 +78,7 @@ def test_weight_sync_goes_by_the_kind_of_server(tmp_path: Path, monkeypatch: pyt
         seen.append((url, json["model_dir"]))
         return httpx.Response(200, json={"ok": True})
 
-    monkeypatch.setattr("repro.train.rl.httpx.post", fake_post)
+    monkeypatch.setattr("repro.serving.sync.httpx.post", fake_post)
     cpu = Stack(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:10", ProxyConfig(), "tiny")
     assert cpu.sync_weights(tmp_path / "step") >= 0
     assert seen == [("http://127.0.0.1:9/v1/load_weights", str((tmp_path / "step").resolve()))]
@@ -89,7 +89,7 @@ def test_weight_sync_goes_by_the_kind_of_server(tmp_path: Path, monkeypatch: pyt
         calls.append(f"{base_url} {weights_dir.name} {served_dir.name}")
         return type("Result", (), {"seconds": 1.5})()
 
-    monkeypatch.setattr("repro.jobs.stack.reload_weights", fake_reload)
+    monkeypatch.setattr("repro.serving.sync.reload_weights", fake_reload)
     vllm = Stack(tmp_path, "http://127.0.0.1:8", "http://127.0.0.1:10", ProxyConfig(), "policy", "vllm",
                  tmp_path / "served_model")
     (tmp_path / "step").mkdir()
@@ -106,7 +106,7 @@ def test_run_cfg_job_prints_the_composed_config_and_runs_nothing(tmp_path: Path,
 
     main(["run", "--cfg", "job", "experiment=eval_bundled", "serving=vllm", f"run.output_root={tmp_path}"])
     printed = capsys.readouterr().out
-    assert "_target_: repro.jobs.stack.VllmServingConfig" in printed and "hydra:" not in printed
+    assert "_target_: repro.serving.stack.VllmServingConfig" in printed and "hydra:" not in printed
     assert not any(tmp_path.iterdir())
     main(["run", "--cfg", "all", "experiment=eval_bundled"])
     assert "hydra:" in capsys.readouterr().out

@@ -17,12 +17,12 @@ import pytest
 import torch
 
 from repro.bench.logprob_check import rows_from_store
-from repro.jobs.stack import Stack, VllmServingConfig, running_stack
 from repro.proxy import ProxyConfig
+from repro.serving.stack import Stack, VllmServingConfig, running_stack
 from repro.serving.vllm_weights import WeightSyncError, reload_weights, write_untied
 from repro.serving.weight_probe import TOLERANCE, check_reload, sample
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
-from repro.train.config import RlConfig
+from repro.train.config import UpdateConfig
 from repro.train.rl import PolicyTrainer
 
 # vLLM's CPU attention wants a head size it has kernels for (64); the default tiny model's is 32
@@ -45,7 +45,7 @@ def stack(model_dir: Path, vllm_python: str, tmp_path_factory: pytest.TempPathFa
 
 @pytest.fixture(scope="module")
 def trainer(model_dir: Path) -> PolicyTrainer:
-    return PolicyTrainer(model_dir, RlConfig(device="cpu"))
+    return PolicyTrainer(model_dir, UpdateConfig(device="cpu"))
 
 
 def nudged(trainer: PolicyTrainer, seed: int) -> None:

@@ -10,7 +10,6 @@ rollouts of other harness versions (e.g. mini-SWE-agent 1.x in text mode) record
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,25 +21,16 @@ from harness_adapters.registry import get_harness
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
 from repro.evaluation.paired import paired_summary
-from repro.jobs.evaluate import EvalConfig
-from repro.jobs.mini_repro import paired_tests, per_instance
-from repro.jobs.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature, run_arm
-from repro.jobs.rl_loop import RlPhaseConfig
-from repro.jobs.rollouts import RolloutOptions, RolloutRunner
-from repro.jobs.stack import CpuServingConfig, running_stack
-from repro.jobs.warm_start import WarmStartConfig, prompt_platform
-from repro.proxy import ProxyConfig
+from repro.experiments.mini_repro import paired_tests, per_instance
+from repro.experiments.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature, run_arm
+from repro.experiments.warm_start import prompt_platform
 from repro.rebuilt.fidelity import replay_recorded, summarize
 from repro.rebuilt.harness import LoopConfig, loop_spec
 from repro.report.loop_comparison import comparison_markdown
-from repro.samples import SampleConfig
-from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.rl.config import RLConfig
+from repro.rl.rollouts import RolloutOptions, RolloutRunner
+from repro.sandbox.local import LocalSandbox
 from repro.store import open_store
-from repro.tasks.distributions import TaskDistributionConfig
-from repro.tinymodel.model import TinyModelConfig
-from repro.tracking import TrackingConfig
-from repro.train.config import RlConfig
-from repro.train.task_filter import TaskFilterConfig
 
 
 @dataclass
@@ -55,51 +45,39 @@ class FidelityConfig:
     seed: int = 0
 
 
-def loop_comparison_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: Any,
-                        harness_name: str, train_tasks: TaskDistributionConfig, tasks: TaskDistributionConfig,
-                        sandbox: LocalSandboxConfig, eval: EvalConfig, warm_start: WarmStartConfig,
-                        rl: RlPhaseConfig, trainer: RlConfig, samples: SampleConfig, run_dir: Path,
-                        fidelity: FidelityConfig, loops: tuple[str, ...] = ("proxy", "rebuilt"),
-                        harness_workers: int = 2, loop: Any = None,
-                        rl_filter: TaskFilterConfig | None = None,
-                        tracking: TrackingConfig | None = None) -> dict[str, Any]:
+def loop_comparison_job(miniature: MiniatureConfig, rl: RLConfig, fidelity: FidelityConfig, run_dir: Path,
+                        loops: tuple[str, ...] = ("proxy", "rebuilt"), loop: Any = None) -> dict[str, Any]:
     """Run both arms and the fidelity replays; returns (and writes) the metrics (kind ``loop_comparison``).
     ``loop`` is mini_repro's single-arm setting, inherited by the config and unused: ``loops`` names the arms.
-    ``rl_filter``: the probe step before RL (both arms keep the same tasks: one probe, cached)."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    Both arms keep the same RL tasks when the task filter is on (one probe, in the real harness, cached)."""
     run_dir, started = Path(run_dir), time.time()
-    cfg = MiniatureConfig(model, serving, proxy, harness, harness_name, train_tasks, tasks, sandbox, eval, warm_start,
-                          harness_workers, tracking)
-    with prepared_miniature(cfg, run_dir) as mini:
+    with prepared_miniature(miniature, run_dir) as mini:
         before = mini.evaluate_start()
-        task_filter = rl_filter or TaskFilterConfig()
-        arms = {kind: run_arm(mini, run_dir / kind, ArmConfig(LoopConfig(kind), rl, trainer, samples, task_filter),
-                              f"rl-{kind}-{run_dir.name}") for kind in loops}
+        arms = {kind: run_arm(mini, run_dir / kind, ArmConfig(LoopConfig(kind), rl), f"rl-{kind}-{run_dir.name}")
+                for kind in loops}
         print("phase fidelity: recorded real-harness rollouts replayed through the rebuilt loop", flush=True)
         with mini.acct.phase("fidelity"):
-            fid = _fidelity(run_dir, arms, harness, mini.test_list, mini.rl_tasks, mini.warm_dir, serving, proxy,
-                            mini.box, fidelity)
-    metrics = _metrics(mini, before, arms, fid, rl, trainer, samples, started)
+            fid = _fidelity(run_dir, arms, mini, fidelity)
+    metrics = _metrics(mini, before, arms, fid, rl, started)
     write_metrics(run_dir, metrics)
     print(comparison_markdown([metrics]), flush=True)
     return metrics
 
 
-def _fidelity(run_dir: Path, arms: dict[str, Any], harness: MiniSweAgentConfig, test_list: list[Any],
-              rl_tasks: list[Any], warm_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig,
-              box: LocalSandbox, cfg: FidelityConfig) -> dict[str, Any]:
+def _fidelity(run_dir: Path, arms: dict[str, Any], mini: Miniature, cfg: FidelityConfig) -> dict[str, Any]:
     """Replays through the rebuilt loop: the proxy arm's train rollouts, then each other harness version's
     (recorded on the first ``cfg.other_tasks`` held-out tasks)."""
     out: dict[str, Any] = {}
-    tasks = {t.instance_id: t for t in [*test_list, *rl_tasks]}
+    harness, warm_dir, box = mini.cfg.setup.harness, mini.warm_dir, mini.box
+    tasks = {t.instance_id: t for t in [*mini.test_list, *mini.rl_tasks]}
     if "proxy" in arms:
         store_path = arms["proxy"]["dir"] / "traces.sqlite"
         out[harness.version] = _replay_store(store_path, tasks, harness, warm_dir, box, cfg, mode="train")
     for version in cfg.other_versions:
         other = MiniSweAgentConfig(**{**asdict(harness), "version": version, "mode": cfg.other_mode})
         try:
-            store_path = _record_other(run_dir / f"harness_{version}", other, test_list[:cfg.other_tasks], warm_dir,
-                                       serving, proxy, box)
+            store_path = _record_other(run_dir / f"harness_{version}", other, mini.test_list[:cfg.other_tasks],
+                                       mini)
         except Exception as exc:  # an optional comparison: say why it is missing instead of failing the run
             out[version] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
@@ -107,16 +85,15 @@ def _fidelity(run_dir: Path, arms: dict[str, Any], harness: MiniSweAgentConfig, 
     return out
 
 
-def _record_other(phase_dir: Path, cfg: MiniSweAgentConfig, tasks: list[Any], model_dir: Path,
-                  serving: CpuServingConfig, proxy: ProxyConfig, box: LocalSandbox) -> Path:
+def _record_other(phase_dir: Path, cfg: MiniSweAgentConfig, tasks: list[Any], mini: Miniature) -> Path:
     """Rollouts of another harness version with the warm-start model (greedy), recorded in their own store."""
     phase_dir.mkdir(parents=True, exist_ok=True)
     with get_harness("mini-swe-agent", cfg, workers=1) as other, \
-            running_stack(model_dir, serving, proxy, phase_dir) as stack:
+            mini.cfg.setup.server(mini.warm_dir, phase_dir) as stack:
         identity = other.identity()
         opts = RolloutOptions(mode="eval", k=1, sampling={"temperature": 0.0}, concurrency=4, write_preds=False,
                               harness_name=identity.get("name", ""), harness_version=identity.get("version", ""))
-        runner = RolloutRunner(phase_dir, phase_dir / "traces.sqlite", opts, tasks, stack, other, box, "warm")
+        runner = RolloutRunner(phase_dir, phase_dir / "traces.sqlite", opts, tasks, stack, other, mini.box, "warm")
         try:
             runner.run(f"mini-swe-agent {cfg.version} rollouts")
         finally:
@@ -149,8 +126,8 @@ def _pick(store: Any, tasks: dict[str, Any], mode: str, cfg: FidelityConfig) -> 
     return (multi + single)[:cfg.max_rollouts]
 
 
-def _metrics(mini: Miniature, before: list[Any], arms: dict[str, Any], fid: dict[str, Any], rl: RlPhaseConfig,
-             trainer: RlConfig, samples: SampleConfig, started: float) -> dict[str, Any]:
+def _metrics(mini: Miniature, before: list[Any], arms: dict[str, Any], fid: dict[str, Any], rl: RLConfig,
+             started: float) -> dict[str, Any]:
     ev, spec, warm = mini.cfg.eval, mini.spec, mini.warm
     out_arms = {}
     for kind, arm in arms.items():
@@ -166,15 +143,15 @@ def _metrics(mini: Miniature, before: list[Any], arms: dict[str, Any], fid: dict
     between = _between(arms) if {"proxy", "rebuilt"} <= set(arms) else None
     return {
         "kind": "loop_comparison", "experiment": ev.experiment, "table": ev.experiment, "run_dir": str(mini.run_dir),
-        "fingerprint": spec.fingerprint(), "tokenizer": mini.cfg.model.tokenizer, "eval_temperature": ev.temperature,
-        "task_distribution": spec.tasks.name,
+        "fingerprint": spec.fingerprint(), "tokenizer": mini.cfg.setup.model.tokenizer,
+        "eval_temperature": ev.temperature, "task_distribution": spec.tasks.name,
         "train_tasks": mini.train_name, "before": eval_metrics(before, spec, ev.experiment, mini.warm_label),
         "per_instance_before": per_instance(before),
         "habits_before": slip_share(mini.run_dir / "traces.sqlite", before, mini.operators),
         "weights_sha256_before": warm["weights_sha256"],
         "arms": out_arms, "rebuilt_minus_proxy": between, "fidelity": fid, "warm_start": warm, "seed": rl.seed,
-        "platform": prompt_platform(mini.cfg.harness),
-        "rl": asdict(rl), "trainer": asdict(trainer), "samples": {"mode": samples.mode, "weighting": trainer.weighting},
+        "platform": prompt_platform(mini.cfg.setup.harness), "rl": rl.schedule(), "trainer": asdict(rl.update),
+        "samples": {"mode": rl.samples.mode, "weighting": rl.update.weighting},
         "compute": mini.acct.to_dict(), "started_at": started, "finished_at": time.time(),
         "wall_s": time.time() - started,
     }

@@ -20,14 +20,16 @@ from typing import Any
 from harness_adapters.registry import get_harness
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.paired import paired_summary
-from repro.jobs.evaluate import EvalConfig, TaskFileConfig, build_spec, eval_model, load_task_set, run_frozen_eval
-from repro.jobs.stack import CpuServingConfig, running_stack
+from repro.experiments.evaluate import eval_model
 from repro.proxy import ProxyConfig
+from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.sandbox.select import make_sandbox
+from repro.serving.stack import CpuServingConfig, running_stack
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.schema import Task
+from repro.tasks.sets import TaskFileConfig, load_task_set
 from repro.tinymodel.model import TinyModelConfig
 
 ARMS = ("local", "docker")
@@ -89,12 +91,12 @@ def eval_docker_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: Pr
         model_dir, model_name = eval_model(model, eval, task_list)
         with running_stack(model_dir, serving, proxy, run_dir) as stack:
             for arm, config in (("local", local), ("docker", docker)):
-                spec = build_spec(agent.identity(), name, task_list, agent.cfg, config, eval,
+                spec = build_spec(agent, name, task_list, config, eval,
                                   getattr(tasks, "seed", None), serving.served_model_name)
                 box, phase_started = make_sandbox(config), time.time()
                 try:
-                    reports, _ = run_frozen_eval(run_dir / arm, run_dir / "traces.sqlite", spec, eval, task_list,
-                                                 stack, agent, box, model_name)
+                    evaluator = Evaluator(stack, agent, box, spec, eval, run_dir / "traces.sqlite")
+                    reports = evaluator.evaluate(task_list, run_dir / arm, model_name)
                 finally:
                     box.close()
                 arms[arm] = eval_metrics(reports, spec, eval.experiment, model_name, started_at=phase_started,

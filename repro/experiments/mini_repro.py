@@ -10,7 +10,6 @@ into ``results/<experiment>.md`` (one row per training seed and a pooled row per
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -19,8 +18,7 @@ from typing import Any
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
 from repro.evaluation.paired import mcnemar_exact, paired_summary
-from repro.jobs.evaluate import EvalConfig
-from repro.jobs.miniature import (
+from repro.experiments.miniature import (
     ArmConfig,
     Miniature,
     MiniatureConfig,
@@ -28,20 +26,11 @@ from repro.jobs.miniature import (
     prepared_miniature,
     run_arm,
 )
-from repro.jobs.rl_loop import RlPhaseConfig
-from repro.jobs.stack import CpuServingConfig
-from repro.jobs.warm_start import WarmStartConfig, prompt_platform
-from repro.proxy import ProxyConfig
+from repro.experiments.warm_start import prompt_platform
 from repro.rebuilt.harness import LoopConfig
 from repro.report.before_after import run_markdown
 from repro.report.eta import plan_text
-from repro.samples import SampleConfig
-from repro.sandbox.local import LocalSandboxConfig
-from repro.tasks.distributions import TaskDistributionConfig
-from repro.tinymodel.model import TinyModelConfig
-from repro.tracking import TrackingConfig
-from repro.train.config import RlConfig
-from repro.train.task_filter import TaskFilterConfig
+from repro.rl.config import RLConfig
 
 
 def per_instance(reports: list[Any]) -> dict[str, float]:
@@ -63,23 +52,14 @@ def paired_tests(before: list[Any], after: list[Any]) -> dict[str, Any]:
             **paired_summary(per_instance(before), per_instance(after))}
 
 
-def mini_repro_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: Any,
-                   harness_name: str, train_tasks: TaskDistributionConfig, tasks: TaskDistributionConfig,
-                   sandbox: LocalSandboxConfig, eval: EvalConfig, warm_start: WarmStartConfig, rl: RlPhaseConfig,
-                   trainer: RlConfig, samples: SampleConfig, run_dir: Path, harness_workers: int = 2,
-                   loop: LoopConfig | None = None, rl_filter: TaskFilterConfig | None = None,
-                   tracking: TrackingConfig | None = None) -> dict[str, Any]:
-    """Run the whole miniature; returns (and writes) its metrics. ``harness_workers``: long-lived harness
-    processes sharing the rollouts (rollout throughput is bound by one process's GIL otherwise); ``loop``: who
-    runs the RL rollouts (default: the real harness through the proxy); ``rl_filter``: the probe step that picks
-    the RL tasks (off by default)."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+def mini_repro_job(miniature: MiniatureConfig, rl: RLConfig, run_dir: Path,
+                   loop: LoopConfig | None = None) -> dict[str, Any]:
+    """Run the whole miniature; returns (and writes) its metrics. ``loop``: who runs the RL rollouts (default: the
+    real harness through the proxy)."""
     run_dir, started = Path(run_dir), time.time()
-    cfg = MiniatureConfig(model, serving, proxy, harness, harness_name, train_tasks, tasks, sandbox, eval, warm_start,
-                          harness_workers, tracking)
-    arm = ArmConfig(loop or LoopConfig(), rl, trainer, samples, rl_filter or TaskFilterConfig())
-    print(plan_text(miniature_phases(cfg, arm)), flush=True)
-    with prepared_miniature(cfg, run_dir) as mini:
+    arm = ArmConfig(loop or LoopConfig(), rl)
+    print(plan_text(miniature_phases(miniature, arm)), flush=True)
+    with prepared_miniature(miniature, run_dir) as mini:
         before = mini.evaluate_start()
         result = run_arm(mini, run_dir, arm, f"rl-{run_dir.name}", mini.acct)
     metrics = before_after_metrics(mini, before, result, arm, started)
@@ -103,10 +83,11 @@ def before_after_metrics(mini: Miniature, before: list[Any], result: dict[str, A
                    "after": slip_share(result["dir"] / "traces.sqlite", result["after"], mini.operators)},
         "per_instance": {"before": per_instance(before), "after": per_instance(result["after"])},
         "weights_sha256": {"before": warm["weights_sha256"], "after": result["weights_sha256"]},
-        "warm_start": warm, "rl": {"config": asdict(arm.rl), "history": result["history"]}, "probe": result["probe"],
-        "diagnostics": [h["diagnostics"] for h in result["history"]],
-        "trainer": asdict(arm.trainer), "samples": {"mode": arm.samples.mode, "weighting": arm.trainer.weighting},
-        "loop": result["loop"], "seed": arm.rl.seed, "platform": prompt_platform(mini.cfg.harness),
+        "warm_start": warm, "rl": {"config": arm.rl.schedule(), "history": result["history"]},
+        "probe": result["probe"], "diagnostics": [h["diagnostics"] for h in result["history"]],
+        "trainer": asdict(arm.rl.update),
+        "samples": {"mode": arm.rl.samples.mode, "weighting": arm.rl.update.weighting},
+        "loop": result["loop"], "seed": arm.rl.seed, "platform": prompt_platform(mini.cfg.setup.harness),
         "compute": mini.acct.to_dict(), "started_at": started, "finished_at": time.time(),
         "wall_s": time.time() - started,
     }

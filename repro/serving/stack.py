@@ -1,11 +1,11 @@
-"""The live stack a job needs: a model checkpoint, a model server process, and the recording proxy process."""
+"""The live stack: a model server process (repro's CPU server, vLLM's, or someone else's endpoint) and the recording
+proxy process in front of it; how each is configured (one dataclass per kind) and started (:func:`running_stack`)."""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,19 +19,11 @@ from repro.proxy import ProxyConfig
 from repro.proxy.server import start_proxy_process
 from repro.serving.commands import start_cpu_server_process, stop_process
 from repro.serving.cpu_server_args import CpuServerArgs
+from repro.serving.sync import SYNCED_KINDS, ServerWeights
 from repro.serving.vllm_env import CPU_DISTRIBUTION, installed_distribution, vllm_python
 from repro.serving.vllm_launcher import VLLMConfig, launch_vllm
-from repro.serving.vllm_weights import DEV_MODE_ENV, check_weights_dir, is_tied, reload_weights, write_untied
-from repro.serving.weight_probe import (
-    TOLERANCE,
-    ReloadCheck,
-    Scorer,
-    check_reload,
-    probe_prompt_ids,
-    require_fresh,
-    sample,
-)
-from repro.train.rl import push_weights
+from repro.serving.vllm_weights import DEV_MODE_ENV, is_tied, write_untied
+from repro.serving.weight_probe import ReloadCheck, Scorer, probe_prompt_ids, require_fresh
 
 
 @dataclass
@@ -129,6 +121,8 @@ class VllmServingConfig:
 
 @dataclass
 class Stack:
+    """A running model server and the recording proxy in front of it (what :func:`running_stack` yields)."""
+
     model_dir: Path
     server_url: str
     proxy_url: str
@@ -145,31 +139,24 @@ class Stack:
     server_pid: int | None = None  # the model server process this stack started (None: someone else's)
     _probe_ids: list[int] | None = None
 
+    @property
+    def weights(self) -> ServerWeights:
+        """How weights reach this stack's server (:mod:`repro.serving.sync`)."""
+        return ServerWeights(self.server_kind, self.server_url, self.served_model_name, self.served_dir, self.dtype,
+                             self.engine_python, self.pause_mode, self.untie)
+
     def sync_weights(self, model_dir: Path, version: int | None = None, scorer: Scorer | None = None) -> float:
         """Load the checkpoint ``model_dir`` into the running server; returns the seconds it took. ``version``
         (the RL step whose update it holds) is then recorded with every call that starts (the proxy's
         ``/policy_version``). With ``scorer`` (the trainer's :meth:`~repro.train.rl.PolicyTrainer.score`) the
-        reload is checked by the weight probe (:mod:`repro.serving.weight_probe`; raises
-        :class:`~repro.serving.weight_probe.StaleWeightsError`), the check kept in ``reload_checks``."""
-        if self.server_kind not in ("cpu", "vllm"):
-            raise RuntimeError("serving=endpoint serves someone else's weights: it is for evaluation only; RL needs "
-                               "serving=cpu or serving=vllm, which load each update")
-        probe = self.probe_ids() if scorer is not None and self.verify_reload else None
-        before = sample(self.server_url, self.served_model_name, probe) if probe else None
-        if self.server_kind == "cpu":
-            seconds = push_weights(self.server_url, model_dir)
-        else:
-            started = time.perf_counter()
-            check_weights_dir(Path(model_dir))  # before anything is written or sent
-            weights = write_untied(model_dir, self.served_dir) if self.untie and self.served_dir else Path(model_dir)
-            reload_weights(self.server_url, weights, Path(self.served_dir or model_dir), python=self.engine_python,
-                           pause_mode=self.pause_mode)
-            seconds = time.perf_counter() - started
-        if probe and scorer is not None:
-            after = sample(self.server_url, self.served_model_name, probe)
-            check = check_reload(probe, before, after, scorer, TOLERANCE[self.dtype])
+        reload is checked by the weight probe, the check kept in ``reload_checks``."""
+        weights = self.weights
+        if scorer is not None and self.verify_reload and weights.kind in SYNCED_KINDS:
+            seconds, check = weights.checked_load(model_dir, self.probe_ids(), scorer)
             self.reload_checks.append(check)
-            require_fresh(check, f"the {self.server_kind} server")
+            require_fresh(check, f"the {weights.kind} server")  # raises StaleWeightsError
+        else:
+            seconds = weights.load(model_dir)
         if version is not None:
             self.set_policy_version(version)
         return seconds

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from repro.evaluation.summary import calls_histogram
-from repro.files import atomic_write_text, cache_dir, weights_sha256
-from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
-from repro.jobs.stack import Stack
+from repro.files import atomic_write_text, cache_dir
+from repro.protocols import Harness, Sandbox
 from repro.report.eta import expected
 from repro.report.eta import record as record_rate
-from repro.sandbox.local import LocalSandbox
+from repro.rl.rollouts import GradeCache, RolloutOptions, RolloutRunner
 from repro.seeding import derive_seed
+from repro.serving.stack import Stack
 from repro.tasks.schema import Task
 from repro.train.task_filter import TaskFilterConfig, outcomes_by_task, pass_at_k_curve, select_tasks
 
@@ -41,7 +41,7 @@ def probe_key(weights: str, candidates: list[Task], cfg: TaskFilterConfig, sampl
 
 
 def run_probes(phase_dir: Path, store_path: Path, candidates: list[Task], cfg: TaskFilterConfig,
-               sampling: dict[str, Any], stack: Stack, agent: Any, box: LocalSandbox,
+               sampling: dict[str, Any], stack: Stack, agent: Harness, box: Sandbox,
                grades: GradeCache | None = None) -> dict[str, Any]:
     """k rollouts per candidate; returns ``{"outcomes": {id: [resolved, ...]}, "calls": [per rollout],
     "infra_failures": n}`` (a rollout that failed for infrastructure reasons is left out of its task's list)."""
@@ -59,10 +59,11 @@ def run_probes(phase_dir: Path, store_path: Path, candidates: list[Task], cfg: T
 
 
 def filter_rl_tasks(run_dir: Path, candidates: list[Task], cfg: TaskFilterConfig, sampling: dict[str, Any],
-                    warm_dir: Path, stack: Stack, agent: Any, box: LocalSandbox,
+                    start_sha: str, stack: Stack, agent: Harness, box: Sandbox,
                     grades: GradeCache | None = None) -> tuple[list[Task], dict[str, Any]]:
-    """The kept RL tasks (in candidate order: mixed, then all-fail) and the probe summary for metrics.json."""
-    key = probe_key(weights_sha256(warm_dir), candidates, cfg, sampling, agent.identity())
+    """The kept RL tasks (in candidate order: mixed, then all-fail) and the probe summary for metrics.json;
+    ``start_sha``: the sha256 of the weights that probe (the cache key's)."""
+    key = probe_key(start_sha, candidates, cfg, sampling, agent.identity())
     cached = cache_dir() / "probes" / f"{key}.json"
     if cached.exists():
         probes, reused = json.loads(cached.read_text()), True

@@ -23,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from harness_adapters.registry import get_harness
-from repro.jobs.evaluate import EvalConfig, TaskFileConfig, eval_model, load_task_set
-from repro.jobs.probe import run_probes
-from repro.jobs.stack import EndpointServingConfig, running_stack
+from repro.experiments.evaluate import eval_model
 from repro.proxy import ProxyConfig
+from repro.rl.evaluator import EvalConfig
+from repro.rl.probe import run_probes
 from repro.sandbox.select import make_sandbox
+from repro.serving.stack import EndpointServingConfig, running_stack
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.loaders import write_tasks
 from repro.tasks.schema import Task
+from repro.tasks.sets import TaskFileConfig, load_task_set
 from repro.tinymodel.model import TinyModelConfig
 from repro.train.task_filter import TaskFilterConfig, pass_at_k_curve, select_tasks
 

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from repro.files import atomic_write_bytes, atomic_write_text, cache_dir, locked, weights_sha256
-from repro.jobs.rollouts import RolloutOptions, RolloutRunner
-from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.proxy import ProxyConfig
 from repro.report.eta import expected
 from repro.report.eta import record as record_rate
+from repro.rl.rollouts import RolloutOptions, RolloutRunner
 from repro.samples import SampleConfig, build_rows
 from repro.sandbox.local import LocalSandbox
+from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tasks.loaders import write_tasks
 from repro.tasks.schema import Task

@@ -2,15 +2,15 @@
 
 Rollouts of one harness (the ``harness`` group) with the model (``model=tiny_qwen3``: Qwen3's exact tokenizer,
 random init) sampled at temperature 1 on bundled tasks, through the recording proxy and the CPU server, as a frozen
-evaluation. With ``warm_start.n_demo_tasks > 0`` the model is first fine-tuned (:mod:`repro.jobs.warm_start`) on the
-scripted expert's demonstrations through the same harness, on tasks of the train split, so that it makes the
+evaluation. With ``warm_start.n_demo_tasks > 0`` the model is first fine-tuned (:mod:`repro.experiments.warm_start`)
+on the scripted expert's demonstrations through the same harness, on tasks of the train split, so that it makes the
 harness's tool calls and its rollouts have turns to measure. Then, from the stored calls
 (:mod:`repro.evaluation.tokenizer_drift`): the share of turns whose prompt is not the previous prompt + the sampled
 completion (per call purpose, with causes), the share of sampled completions that are not the canonical tokenization
 of their own text, the prompt lengths (a harness whose prompts do not fit the context reports those instead of
 rates) and, for mini-SWE-agent 2.x in tool-call mode, the rebuilt loop's divergence from the harness when the
-recordings are replayed through it (:mod:`repro.rebuilt.fidelity`).
-Writes metrics.json of kind ``tokenizer_drift``; ``repro table`` publishes ``results/<table>.md``.
+recordings are replayed through it (:mod:`repro.rebuilt.fidelity`). Writes metrics.json of kind ``tokenizer_drift``;
+``repro table`` publishes ``results/<table>.md``.
 """
 
 from __future__ import annotations
@@ -23,16 +23,18 @@ from typing import Any
 
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.tokenizer_drift import Share, prefix_drift, prompt_lengths, retokenization, total_share
+from repro.experiments.evaluate import eval_model
+from repro.experiments.warm_start import WarmStartConfig, warm_start
 from repro.fanout import FanoutConfig, harness_for
-from repro.jobs.evaluate import EvalConfig, TaskFileConfig, build_spec, eval_model, load_task_set, run_frozen_eval
-from repro.jobs.stack import CpuServingConfig, running_stack
-from repro.jobs.warm_start import WarmStartConfig, warm_start
 from repro.proxy import ProxyConfig
 from repro.report.tokenizer_drift import drift_markdown
+from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
 from repro.sandbox.local import LocalSandboxConfig
 from repro.sandbox.select import make_sandbox
+from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
+from repro.tasks.sets import TaskFileConfig, load_task_set
 from repro.tinymodel.model import TinyModelConfig
 
 KIND = "tokenizer_drift"
@@ -59,7 +61,7 @@ def tokenizer_drift_job(model: TinyModelConfig, serving: CpuServingConfig, proxy
     name, task_list = load_task_set(tasks)
     store_path = run_dir / "traces.sqlite"
     with harness_for(harness_name, harness, sandbox, fanout) as agent:
-        spec = build_spec(agent.identity(), name, task_list, agent.cfg, sandbox, eval, getattr(tasks, "seed", None),
+        spec = build_spec(agent, name, task_list, sandbox, eval, getattr(tasks, "seed", None),
                           serving.served_model_name)
         model_dir, model_name = eval_model(model, eval, task_list)
         box = make_sandbox(sandbox)
@@ -69,7 +71,7 @@ def tokenizer_drift_job(model: TinyModelConfig, serving: CpuServingConfig, proxy
                 model_dir, warm = warm_started(run_dir, model_dir, tasks, warm_start, serving, proxy, agent, box)
                 model_name = model_dir.name
             with running_stack(model_dir, serving, proxy, run_dir) as stack:
-                reports, _ = run_frozen_eval(run_dir, store_path, spec, eval, task_list, stack, agent, box, model_name)
+                reports = Evaluator(stack, agent, box, spec, eval, store_path).evaluate(task_list, run_dir, model_name)
             print("measuring drift from the stored calls", flush=True)
             replay = {t.instance_id: t for t in task_list} if drift.replay and _replayable(agent.cfg) else None
             measured = measure_store(store_path, model_dir, serving.max_model_len or model.max_position_embeddings,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import queue
 import threading
 import time
@@ -32,17 +33,20 @@ from repro.evaluation import (
 )
 from repro.evaluation.records import NOT_GRADED_REASON
 from repro.fanout import SampleJob, SampleOutcome, finish_sample
-from repro.jobs.stack import Stack
-from repro.protocols import GradeResult, HarnessResult, HarnessRollout, command_env
+from repro.protocols import GradeResult, HarnessResult, HarnessRollout, command_env, require_container_support
 from repro.report.progress import progress
 from repro.sandbox.docker_engine import ImageMissing
 from repro.sandbox.local import LocalSandbox
 from repro.sandbox.repos import RepoError
+from repro.serving.stack import Stack
 from repro.store import open_store
 from repro.tasks.schema import Task
 from repro.train.reward import RewardConfig, shaped_reward
 
 NOT_GRADED = GradeResult("unresolved", NOT_GRADED_REASON)
+# swebench's import (the sandbox's grading) turns on INFO logging for every logger; httpx would then log each
+# registration and model call, drowning the progress lines
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 @dataclass
@@ -113,15 +117,6 @@ def _drain(ready: queue.Queue[Any]) -> Iterator[HarnessRollout]:
 def _batches(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def require_container_support(harness: Any, sandbox: Any, harness_name: str) -> None:
-    """A container sandbox needs a harness that acts inside containers; others would run on the host."""
-    if getattr(sandbox, "gives_containers", False) and not getattr(harness, "acts_in_containers", False):
-        raise ValueError(f"sandbox=docker needs a harness that acts inside the task's container, and "
-                         f"{harness_name or type(harness).__name__} does not at its pinned version (README, harness "
-                         f"table); use harness=mini_swe_agent (2.4.6) or harness=mini_swe_agent_v1 (1.17.5), or "
-                         f"sandbox=local")
 
 
 class RolloutRunner:

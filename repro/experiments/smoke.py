@@ -15,9 +15,9 @@ import httpx
 import yaml
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig, ensure_mini_swe_agent_env, run_mini_swe_agent
-from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.proxy import ProxyConfig
 from repro.report.inspect import calls_table, console, rollouts_table
+from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tinymodel.model import TinyModelConfig
 from repro.tinymodel.recipe import tiny_model
