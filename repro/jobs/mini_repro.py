@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from repro.console.eta import plan_text
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
 from repro.evaluation.paired import mcnemar_exact, paired_summary
@@ -34,7 +35,6 @@ from repro.jobs.warm_start import WarmStartConfig, prompt_platform
 from repro.proxy import ProxyConfig
 from repro.rebuilt.harness import LoopConfig
 from repro.report.before_after import run_markdown
-from repro.report.eta import plan_text
 from repro.samples import SampleConfig
 from repro.sandbox.local import LocalSandboxConfig
 from repro.tasks.distributions import TaskDistributionConfig

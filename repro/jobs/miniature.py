@@ -19,6 +19,8 @@ from typing import Any
 
 from harness_adapters.registry import get_harness
 from repro.accounting import Accountant
+from repro.console.eta import expected
+from repro.console.eta import record as record_rate
 from repro.evaluation import InstanceReport
 from repro.evaluation.spec import EvalSpec
 from repro.files import weights_sha256
@@ -30,8 +32,6 @@ from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.jobs.warm_start import WarmStartConfig, warm_start
 from repro.proxy import ProxyConfig
 from repro.rebuilt.harness import LoopConfig, rl_harness
-from repro.report.eta import expected
-from repro.report.eta import record as record_rate
 from repro.samples import SampleConfig
 from repro.sandbox.select import make_sandbox
 from repro.tasks.distributions import TaskDistributionConfig
@@ -105,7 +105,7 @@ class Miniature:
 
 
 def miniature_phases(cfg: MiniatureConfig, arm: ArmConfig) -> list[tuple[str, str, float]]:
-    """The phases of one arm of the miniature, ``(name, rate kind, units)``, for :func:`repro.report.eta.plan_text`
+    """The phases of one arm of the miniature, ``(name, rate kind, units)``, for :func:`repro.console.eta.plan_text`
     (SFT steps counted as one row per demonstration, which ``prefix_merge`` gives; a gated schedule at its cap)."""
     from repro.train.sft import gate_note, planned_steps, sft_steps
 

@@ -16,12 +16,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from repro.console.eta import expected
+from repro.console.eta import record as record_rate
 from repro.evaluation.summary import calls_histogram
 from repro.files import atomic_write_text, cache_dir, weights_sha256
 from repro.jobs.rollouts import GradeCache, RolloutOptions, RolloutRunner
 from repro.jobs.stack import Stack
-from repro.report.eta import expected
-from repro.report.eta import record as record_rate
 from repro.sandbox.local import LocalSandbox
 from repro.seeding import derive_seed
 from repro.tasks.schema import Task

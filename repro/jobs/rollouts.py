@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from repro.console.progress import progress
 from repro.evaluation import (
     InstanceReport,
     Usage,
@@ -34,7 +35,6 @@ from repro.evaluation.records import NOT_GRADED_REASON
 from repro.fanout import SampleJob, SampleOutcome, finish_sample
 from repro.jobs.stack import Stack
 from repro.protocols import GradeResult, HarnessResult, HarnessRollout, command_env
-from repro.report.progress import progress
 from repro.sandbox.docker_engine import ImageMissing
 from repro.sandbox.local import LocalSandbox
 from repro.sandbox.repos import RepoError

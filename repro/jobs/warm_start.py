@@ -21,12 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro.console.eta import expected
+from repro.console.eta import record as record_rate
 from repro.files import atomic_write_bytes, atomic_write_text, cache_dir, locked, weights_sha256
 from repro.jobs.rollouts import RolloutOptions, RolloutRunner
 from repro.jobs.stack import CpuServingConfig, running_stack
 from repro.proxy import ProxyConfig
-from repro.report.eta import expected
-from repro.report.eta import record as record_rate
 from repro.samples import SampleConfig, build_rows
 from repro.sandbox.local import LocalSandbox
 from repro.store import open_store
