@@ -233,7 +233,7 @@ def render(cfg: DictConfig) -> str:
 
 
 def composed_recipe() -> DictConfig:
-    from repro.runner import compose_config  # here: Hydra's composition is only needed when rendering
+    from repro.compose import compose_config  # here: Hydra's composition is only needed when rendering
 
     return compose_config(RECIPE)
 

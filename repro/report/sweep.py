@@ -16,6 +16,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from repro.report.eval_table import pct, table_file_stem
+from repro.report.records import ERROR_FILE
 
 _SHORT = 8
 
@@ -127,8 +128,6 @@ def write_sweep_table(name: str, runs: list[dict[str, Any]], results: Path) -> l
 
 def failed_jobs(sweep_dir: Path) -> list[dict[str, Any]]:
     """The ``error.json`` records of the sweep's failed jobs, by job number."""
-    from repro.runner import ERROR_FILE
-
     records = [json.loads(p.read_text()) for p in sweep_dir.glob(f"*/{ERROR_FILE}")]
     return sorted(records, key=lambda r: r["job"])
 
