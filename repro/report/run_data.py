@@ -16,7 +16,7 @@ from typing import Any
 from repro.evaluation.metrics import is_infra_failure
 from repro.evaluation.records import INSTANCES_DIR, REPORT_FILE, InstanceReport
 from repro.evaluation.summary import METRICS_FILE
-from repro.report.tables import with_run_files
+from repro.report.records import with_run_files
 from repro.store import RolloutRecord, open_store
 
 STORE_FILE = "traces.sqlite"
