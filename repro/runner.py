@@ -23,43 +23,20 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_module
-from hydra.errors import HydraException, InstantiationException
+from hydra.errors import InstantiationException
 from hydra.utils import call, instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
-from repro.configs import CONFIG_DIR, CONFIG_MODULE, EXPERIMENT_GROUP, config_groups
+# compose's names are re-exported: multirun, plan, image builds, scripts and tests import them from here
+from repro.compose import check_experiment as check_experiment
+from repro.compose import compose_config, compose_with_hydra
+from repro.compose import experiment_names as experiment_names
 from repro.files import atomic_write_text
 from repro.pricing import PricingConfig, price_metrics
 from repro.report.records import ERROR_FILE, machine, write_record
 from repro.secrets import REDACTED, is_secret_key, without_secrets
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def experiment_names() -> list[str]:
-    return config_groups(CONFIG_DIR).get(EXPERIMENT_GROUP, [])
-
-
-def compose_with_hydra(overrides: list[str]) -> DictConfig:
-    """The composed config for ``overrides`` with Hydra's own ``hydra:`` settings; an unknown experiment lists the
-    known ones, a bad override is one line."""
-    check_experiment(overrides)
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        try:
-            return compose(config_name="config", overrides=overrides, return_hydra_config=True)
-        except HydraException as exc:
-            raise SystemExit(f"bad override: {exc}") from None
-
-
-def compose_config(overrides: list[str]) -> DictConfig:
-    """The composed config for ``overrides`` (what a run records), without ``hydra:``."""
-    cfg = compose_with_hydra(overrides)
-    experiment = cfg.hydra.runtime.choices.get("experiment")
-    with open_dict(cfg):
-        del cfg["hydra"]
-        cfg.run.name = cfg.run.name or experiment
-    return cfg
 
 
 def _git(*args: str, cwd: Path) -> str | None:
@@ -127,14 +104,6 @@ def print_config(overrides: list[str], which: str = "job") -> None:
 
     cfg = compose_with_hydra(overrides) if which == "all" else compose_config(overrides)
     print(OmegaConf.to_yaml(cfg, resolve=False), end="")
-
-
-def check_experiment(overrides: list[str]) -> None:
-    """SystemExit listing the known experiments when ``experiment=NAME`` names none of them."""
-    for item in overrides:
-        if item.startswith("experiment=") and item.split("=", 1)[1] not in experiment_names():
-            raise SystemExit(f"unknown experiment {item.split('=', 1)[1]!r}; choose one of {experiment_names()} "
-                             f"(files in {CONFIG_DIR / 'experiment'})")
 
 
 def run(overrides: list[str]) -> Path:

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from repro.console.eta import plan_text
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
 from repro.evaluation.paired import mcnemar_exact, paired_summary
@@ -29,7 +30,6 @@ from repro.experiments.miniature import (
 from repro.experiments.warm_start import prompt_platform
 from repro.rebuilt.harness import LoopConfig
 from repro.report.before_after import run_markdown
-from repro.report.eta import plan_text
 from repro.rl.config import RLConfig
 
 

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from repro.accounting import Accountant
+from repro.console.eta import expected
+from repro.console.eta import record as record_rate
 from repro.evaluation import InstanceReport
 from repro.evaluation.spec import EvalSpec
 from repro.experiments.setup import Setup
 from repro.experiments.warm_start import WarmStartConfig, warm_start
 from repro.files import weights_sha256
 from repro.rebuilt.harness import LoopConfig, rl_harness
-from repro.report.eta import expected
-from repro.report.eta import record as record_rate
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
@@ -94,7 +94,7 @@ class Miniature:
 
 
 def miniature_phases(cfg: MiniatureConfig, arm: ArmConfig) -> list[tuple[str, str, float]]:
-    """The phases of one arm of the miniature, ``(name, rate kind, units)``, for :func:`repro.report.eta.plan_text`
+    """The phases of one arm of the miniature, ``(name, rate kind, units)``, for :func:`repro.console.eta.plan_text`
     (SFT steps counted as one row per demonstration, which ``prefix_merge`` gives; a gated schedule at its cap)."""
     from repro.train.sft import gate_note, planned_steps, sft_steps
 

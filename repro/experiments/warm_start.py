@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro.console.eta import expected
+from repro.console.eta import record as record_rate
 from repro.files import atomic_write_bytes, atomic_write_text, cache_dir, locked, weights_sha256
 from repro.proxy import ProxyConfig
-from repro.report.eta import expected
-from repro.report.eta import record as record_rate
 from repro.rl.rollouts import RolloutOptions, RolloutRunner
 from repro.samples import SampleConfig, build_rows
 from repro.sandbox.local import LocalSandbox

@@ -15,21 +15,17 @@ from typing import Any
 
 import pandas as pd
 
-from repro.evaluation.metrics import bootstrap_interval
 from repro.evaluation.paired import paired_summary
 from repro.pricing import cost_cell
-from repro.report.eval_table import pct
+from repro.report.cells import calls_summary, delta_cell, mde_cell, mean_cell, pass_at_k_cell, pass_cell, pct, run_name
+from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
+from repro.report.table_files import write_named_tables
 
 PHASES = ("setup", "warm_start_demos", "warm_start_sft", "eval_before", "rl_rollouts", "rl_training", "eval_after")
 
 
 def _p(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
-
-
-def pass_cell(ev: dict[str, Any]) -> str:
-    """``Pass@1 [low, high]`` of one evaluation."""
-    return f"{pct(ev['pass_at_1'])} [{pct(ev['ci']['low'])}, {pct(ev['ci']['high'])}]"
 
 
 def _phase_hours(run: dict[str, Any]) -> str:
@@ -50,44 +46,6 @@ def _rl_cell(run: dict[str, Any]) -> str:
     rl, trainer = run["rl"]["config"], run.get("trainer", {})
     return (f"{rl.get('steps')}x{rl.get('tasks_per_step')}x{rl.get('samples_per_task')}, "
             f"lr {trainer.get('learning_rate', '?'):g}")
-
-
-def delta_cell(paired: dict[str, Any]) -> str:
-    """The paired difference and its interval, in points (``+4.5 [+1.2, +7.9]``)."""
-    return (f"{100 * paired['delta']:+.1f} [{100 * paired['delta_low']:+.1f}, {100 * paired['delta_high']:+.1f}]")
-
-
-def mde_cell(paired: dict[str, Any]) -> str:
-    """The minimum detectable effect in points ('-' when unknown)."""
-    return "-" if paired.get("mde") is None else f"{100 * paired['mde']:.1f}"
-
-
-def pass_at_k_cell(run: dict[str, Any]) -> str:
-    """``pass@k before -> after`` at the largest k both evaluations report."""
-    before, after = run["before"].get("pass_at_k") or {}, run["after"].get("pass_at_k") or {}
-    common = sorted(set(before) & set(after), key=int)
-    if not common or common[-1] == "1":
-        return "-"
-    k = common[-1]
-    return f"@{k}: {pct(before[k])} -> {pct(after[k])}"
-
-
-def calls_summary(histogram: dict[str, int]) -> str:
-    """``2.96 (>=3: 97%)``: mean model calls per rollout and the share with three or more."""
-    total = sum(histogram.values())
-    if not total:
-        return "-"
-    mean = sum(int(n) * c for n, c in histogram.items()) / total
-    multi = sum(c for n, c in histogram.items() if int(n) >= 3) / total
-    return f"{mean:.2f} (>=3: {multi:.0%})"
-
-
-def merged_histogram(histograms: list[dict[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for histogram in histograms:
-        for n, c in histogram.items():
-            out[n] = out.get(n, 0) + c
-    return dict(sorted(out.items(), key=lambda item: int(item[0])))
 
 
 def _calls_cell(run: dict[str, Any]) -> str:
@@ -126,12 +84,6 @@ def without_seeds(node: Any) -> Any:
     return [without_seeds(v) for v in node] if isinstance(node, list) else node
 
 
-def run_name(run_dir: str) -> str:
-    """A run's name in a table: its directory, with the sweep's when it is a multirun job (``<time>/0``)."""
-    path = Path(run_dir)
-    return f"{path.parent.name}/{path.name}" if path.name.isdigit() else path.name
-
-
 def row(run: dict[str, Any]) -> dict[str, Any]:
     paired, total = run["paired"], run.get("compute", {}).get("total", {})
     return {
@@ -156,12 +108,6 @@ def mean_over_seeds(maps: list[dict[str, float]]) -> dict[str, float]:
     """Per-instance mean over the seeds' per-instance means (the instances all seeds share)."""
     shared = set.intersection(*(set(m) for m in maps))
     return {i: sum(m[i] for m in maps) / len(maps) for i in sorted(shared)}
-
-
-def mean_cell(values: dict[str, float]) -> str:
-    """``44.5% [41.2%, 47.6%]``: the mean of per-instance values with its bootstrap interval over instances."""
-    low, high = bootstrap_interval(list(values.values()))
-    return f"{pct(statistics.fmean(values.values()))} [{pct(low)}, {pct(high)}]"
 
 
 def pooled_row(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -207,33 +153,6 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for r in rows:
             r.setdefault("cost", "-")
     return rows
-
-
-def diagnostics_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per RL step: what :func:`repro.rl.steps.step_diagnostics` recorded, with the run and seed."""
-    steps = run.get("diagnostics") or [h.get("diagnostics") for h in run["rl"].get("history", [])]
-    name = run.get("name") or run_name(run.get("run_dir", ""))
-    return [{"run": name, "seed": run.get("seed", ""), **d} for d in steps if d]
-
-
-def diagnostics_summary(runs: list[dict[str, Any]]) -> pd.DataFrame:
-    """One line per run: reward first -> last step, mean mixed-group share and clip fraction, entropy first ->
-    last, mean calls per rollout, and the largest first-update |log ratio| (the on-policy check)."""
-    lines = []
-    for run in runs:
-        steps = diagnostics_rows(run)
-        if not steps:
-            continue
-        lines.append({
-            "run": steps[0]["run"], "seed": steps[0]["seed"], "steps": len(steps),
-            "reward first -> last": f"{steps[0]['reward_mean']:.3f} -> {steps[-1]['reward_mean']:.3f}",
-            "mixed groups": f"{statistics.fmean(s['mixed_group_share'] for s in steps):.0%}",
-            "clip fraction": f"{statistics.fmean(s['clip_fraction'] for s in steps):.2%}",
-            "entropy first -> last": f"{steps[0]['entropy']:.3f} -> {steps[-1]['entropy']:.3f}",
-            "calls per rollout": _rl_calls(steps),
-            "max first-update abs log ratio": f"{max(s['log_ratio_first_max'] for s in steps):.1e}",
-        })
-    return pd.DataFrame(lines)
 
 
 def _is_seed_or_name(override: str) -> bool:
@@ -301,16 +220,6 @@ def _kept(probe: dict[str, Any]) -> str:
     return text
 
 
-def _rl_calls(steps: list[dict[str, Any]]) -> str:
-    """Calls per RL rollout over all steps, with the distribution when the steps recorded it."""
-    histogram = merged_histogram([s.get("calls_histogram") or {} for s in steps])
-    if not histogram:
-        return f"{statistics.fmean(s['calls_per_rollout'] for s in steps):.2f}"
-    total = sum(histogram.values())
-    shares = ", ".join(f"{n}: {c / total:.0%}" for n, c in histogram.items())
-    return f"{calls_summary(histogram)}; {shares}"
-
-
 def hydra_experiment(run: dict[str, Any]) -> str:
     """The experiment config a run was started with (its ``experiment=`` override), else its table's name."""
     chosen = [o.split("=", 1)[1] for o in run.get("overrides") or [] if o.startswith("experiment=")]
@@ -354,27 +263,6 @@ def run_markdown(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def by_table(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Runs per table name (a run's ``table``, else its experiment), in order."""
-    tables: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        tables.setdefault(run.get("table") or run["experiment"], []).append(run)
-    return tables
-
-
-def write_named_tables(runs: list[dict[str, Any]], results: Path, markdown: Callable[[list[dict[str, Any]]], str],
-                       csv_rows: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> list[Path]:
-    """``results/<table>.md`` (``markdown`` of the table's runs) and ``.csv`` (``csv_rows`` of each run), per table
-    name (a run's ``table``, else its experiment)."""
-    written = []
-    for name, rows in by_table(runs).items():
-        md, csv = results / f"{name}.md", results / f"{name}.csv"
-        md.write_text(f"# {name}\n\n" + markdown(rows))
-        pd.DataFrame([r for run in rows for r in csv_rows(run)]).to_csv(csv, index=False)
-        written += [md, csv]
-    return written
-
-
 def write_before_after_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """``results/<table>.md`` and ``.csv`` per table name, and ``<table>_diagnostics.md`` / ``.csv``: every RL
     step of every run."""
@@ -382,32 +270,3 @@ def write_before_after_tables(runs: list[dict[str, Any]], results: Path) -> list
     return written + write_diagnostics(runs, results)
 
 
-def write_diagnostics(runs: list[dict[str, Any]], results: Path) -> list[Path]:
-    """``results/<table>_diagnostics.md`` and ``.csv`` per table name (runs without diagnostics are left out)."""
-    from repro.report.table_plots import diagnostics_link_line, image_link, table_plot
-
-    written = []
-    for name, group in by_table(runs).items():
-        frame = pd.DataFrame([r for run in group for r in diagnostics_rows(run)])
-        if frame.empty:
-            continue
-        md, csv = results / f"{name}_diagnostics.md", results / f"{name}_diagnostics.csv"
-        frame.to_csv(csv, index=False)
-        svg, alt = table_plot(csv)  # the plot of the CSV's rows
-        link = image_link(svg, alt)
-        md.write_text(f"# {name}: RL diagnostics per step\n\n" + DIAGNOSTICS_NOTE + "\n\n" + link + "\n\n"
-                      + frame.to_markdown(index=False, floatfmt=".4g") + "\n")
-        table_md = results / f"{name}.md"
-        if table_md.exists():
-            table_md.write_text(table_md.read_text() + f"\n{diagnostics_link_line(link, md)}\n")
-        written += [md, csv, svg]
-    return written
-
-
-DIAGNOSTICS_NOTE = (
-    "reward_mean: share of resolved rollouts; mixed_group_share: groups (one task's samples) with both outcomes, "
-    "the only ones GRPO learns from; clip_fraction: sampled tokens whose ratio was clipped in the updates after "
-    "the first; entropy: mean entropy (nats) of the sampling policy on its sampled tokens; calls_per_rollout: "
-    "model calls per rollout; log_ratio_first_max: max |log ratio| between the trainer's and the recorded "
-    "sampling logprobs before the step's first update (the on-policy check, bounded by "
-    "trainer.on_policy_log_ratio_max); log_ratio_max: the same over all updates of the step.")

@@ -8,13 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from repro.report.before_after import write_named_tables
-from repro.report.eval_table import pct
-
-
-def _arm_cell(arm: dict[str, Any]) -> str:
-    ci = arm["ci"]
-    return f"{pct(arm['pass_at_1'])} [{pct(ci['low'])}, {pct(ci['high'])}]"
+from repro.report.cells import delta_cell, pass_cell
+from repro.report.table_files import write_named_tables
 
 
 def _seconds(q: dict[str, Any]) -> str:
@@ -27,9 +22,8 @@ def results_frame(runs: list[dict[str, Any]]) -> pd.DataFrame:
         local, docker, diff = run["arms"]["local"], run["arms"]["docker"], run["docker_minus_local"]
         rows.append({
             "run": Path(run["run_dir"]).name, "model": run["model"], "n": local["n_tasks"], "k": run["k"],
-            "Pass@1 local": _arm_cell(local), "Pass@1 docker": _arm_cell(docker),
-            "docker - local [95% CI]": f"{100 * diff['delta']:+.1f} [{100 * diff['delta_low']:+.1f}, "
-                                       f"{100 * diff['delta_high']:+.1f}]",
+            "Pass@1 local": pass_cell(local), "Pass@1 docker": pass_cell(docker),
+            "docker - local [95% CI]": delta_cell(diff),
             "sign-flip p": f"{diff['sign_flip_p']:.2g}",
             "infra failures local / docker": f"{local['counts']['infra_failures']} / "
                                              f"{docker['counts']['infra_failures']}",

@@ -8,7 +8,6 @@ warning in a column. Of several runs with the same (experiment, fingerprint) the
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,9 @@ from typing import Any
 import pandas as pd
 
 from repro.evaluation.spec import fingerprint_of
+from repro.report.cells import pct
+from repro.report.sweep_table import write_sweep_table
+from repro.report.table_files import by_table, table_file_stem
 
 _SHORT = 8
 
@@ -45,11 +47,6 @@ def select_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         counts[key] = counts.get(key, 0) + 1
         chosen[key] = run
     return [{**run, "runs": counts[key]} for key, run in chosen.items()]
-
-
-def pct(value: float | None) -> str:
-    """A share as a percentage with one decimal ('-' for None)."""
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def _n_cell(row: dict[str, Any]) -> str:
@@ -133,21 +130,13 @@ def run_markdown(metrics: dict[str, Any]) -> str:
     return eval_markdown(metrics.get("table") or metrics["experiment"], select_rows([metrics]))
 
 
-def table_file_stem(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "eval"
-
-
 def write_eval_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """One ``<table>.md`` and ``<table>.csv`` per table name among ``runs`` (a harness x task matrix when its newest
     run asks for ``layout: matrix``); returns the files written."""
-    from repro.report.sweep import write_sweep_table
     from repro.report.table_plots import image_link, table_plot
 
-    by_table: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        by_table.setdefault(run.get("table") or run["experiment"], []).append(run)
     written = []
-    for name, table_runs in sorted(by_table.items()):
+    for name, table_runs in sorted(by_table(runs).items()):
         if table_runs[-1].get("layout") == "matrix":
             written += write_sweep_table(name, table_runs, results)
             continue

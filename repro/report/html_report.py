@@ -19,9 +19,11 @@ import pandas as pd
 import yaml
 
 from repro.evaluation.paired import paired_summary
-from repro.report import plots
+from repro.report import before_after, eval_table, loop_comparison, plots
 from repro.report.html import esc, page, pre, table, tag
+from repro.report.rl_diagnostics import diagnostics_rows, diagnostics_summary, merged_histogram
 from repro.report.run_data import Run, Sample, expand, load_run, samples_of
+from repro.report.sweep_table import cells_frame, matrix_frame, newest_cells
 from repro.report.trajectories import TaskSamples, by_task, file_stem, rollout_body, side_by_side
 from repro.samples import SampleConfig
 
@@ -38,15 +40,13 @@ def refusal(groups: list[list[Run]]) -> str | None:
     one has none). None when there is a single argument (a run, or a sweep whose cells are separate specs)."""
     if len(groups) < 2:
         return None
-    from repro.report.eval_table import spec_differences
-
     prints = [sorted({r.fingerprint or "none" for r in group}) for group in groups]
     if all(p == prints[0] for p in prints) and "none" not in prints[0]:
         return None
     names = "; ".join(f"{', '.join(r.label for r in g)}: {', '.join(p[:8] for p in ps)}"
                       for g, ps in zip(groups, prints, strict=True))
     specs = [r.spec for g in groups for r in g if r.spec]
-    differ = spec_differences(specs) if len(specs) > 1 else []
+    differ = eval_table.spec_differences(specs) if len(specs) > 1 else []
     why = f" The specs differ in: {', '.join(differ)}." if differ else \
         " A run without a fingerprint has no metrics.json (it did not finish)." if "none" in str(prints) else ""
     return (f"refusing to compare these runs: their frozen-evaluation fingerprints differ ({names}); their numbers "
@@ -70,24 +70,18 @@ def rows_section(runs: list[Run]) -> str:
 
 def kind_rows(kind: str, metrics: list[dict[str, Any]]) -> str:
     if kind == "eval":
-        from repro.report import eval_table, sweep
-
         if metrics[-1].get("layout") == "matrix":
-            cells = sweep.newest_cells(metrics)
-            return table(sweep.matrix_frame(cells)) + table(sweep.cells_frame(cells).drop(columns=["run_dir"]))
+            cells = newest_cells(metrics)
+            return table(matrix_frame(cells)) + table(cells_frame(cells).drop(columns=["run_dir"]))
         rows = eval_table.select_rows(metrics)
         warnings = "".join(tag("div", esc(w.replace("**", "")), class_="banner warn")
                            for w in eval_table.warnings_for(rows))
         return warnings + table(eval_table.markdown_frame(rows))
     if kind == "before_after":
-        from repro.report import before_after
-
-        summary = before_after.diagnostics_summary(metrics)
+        summary = diagnostics_summary(metrics)
         return table(pd.DataFrame(before_after.table_rows(metrics))) + (
             tag("div", "RL diagnostics per run", class_="label") + table(summary) if len(summary) else "")
     if kind == "loop_comparison":
-        from repro.report import loop_comparison
-
         return table(pd.DataFrame(loop_comparison.table_rows(metrics)).fillna(""))
     return tag("p", esc(f"no table for runs of kind {kind!r}"), class_="muted")
 
@@ -126,8 +120,6 @@ def comparison_section(runs: list[Run]) -> str:
 
 
 def _diagnostics_frame(runs: list[Run]) -> pd.DataFrame:
-    from repro.report.before_after import diagnostics_rows
-
     rows = []
     for run in runs:
         steps = run.diagnostics or (diagnostics_rows(run.metrics) if run.kind == "before_after" else [])
@@ -137,8 +129,6 @@ def _diagnostics_frame(runs: list[Run]) -> pd.DataFrame:
 
 def plot_files(runs: list[Run], comparable: bool, folder: Path) -> list[tuple[str, str, bool]]:
     """The plots of these runs under ``folder``: (file name, caption, full width)."""
-    from repro.report.before_after import merged_histogram
-
     folder.mkdir(parents=True, exist_ok=True)
     made: list[tuple[str, str, bool]] = []
 
@@ -182,8 +172,6 @@ def plot_files(runs: list[Run], comparable: bool, folder: Path) -> list[tuple[st
         save("calls_per_rollout.svg", plots.calls_histogram(histograms), "model calls per rollout")
     matrix = [r.metrics for r in finished if r.kind == "eval" and (r.metrics or {}).get("layout") == "matrix"]
     if matrix:
-        from repro.report.sweep import cells_frame, newest_cells
-
         save("sweep_matrix.svg", plots.sweep_heatmap(cells_frame(newest_cells(matrix))), "sweep: harness x tasks")
     return made
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from repro.report.rollout_index import STORE_FILE, index_run, scan_run, select
+from repro.report.rollout_index import index_run, select
+from repro.report.run_layout import STORE_FILE, scan_run
 from repro.report.run_view import Selection, resolve_target, run_overview
 from repro.report.turns import rollout_view
 from repro.samples import SampleConfig, rows_view
@@ -26,7 +27,7 @@ def _locate(path: Path) -> tuple[Path, list[Path] | None]:
     """(the run directory, the trace stores to read: ``None`` for every store under the run)."""
     if path.is_file():
         return path.parent, [path]
-    if path.is_dir() and scan_run(path)[1]:
+    if path.is_dir() and scan_run(path).stores:
         return path, None
     raise SystemExit(f"no trace store at {path / STORE_FILE}: pass a run directory (outputs/...) or a traces.sqlite "
                      "file")

@@ -9,21 +9,11 @@ from typing import Any
 import pandas as pd
 
 from repro.evaluation.paired import paired_summary
-from repro.report.before_after import (
-    calls_summary,
-    delta_cell,
-    diagnostics_summary,
-    mde_cell,
-    mean_cell,
-    mean_over_seeds,
-    pass_at_k_cell,
-    pass_cell,
-    run_name,
-    seed_groups,
-    write_diagnostics,
-    write_named_tables,
-)
-from repro.report.eval_table import pct
+from repro.report.before_after import mean_over_seeds, seed_groups
+from repro.report.cells import calls_summary, delta_cell, mde_cell, mean_cell, pass_at_k_cell, pass_cell, pct, run_name
+from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
+from repro.report.table_files import write_named_tables
+from repro.report.tokenizer_drift import TOKENIZER_NAMES
 
 ARM_PHASES = ("rl_rollouts", "rl_training", "eval_after")
 
@@ -103,8 +93,6 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def tokenizer_name(run: dict[str, Any]) -> str:
     """The tokenizer the run's model used: its metrics', else its config's ``model.tokenizer`` (runs before the
     Qwen3 tokenizer existed recorded neither: the recipe BPE)."""
-    from repro.report.tokenizer_drift import TOKENIZER_NAMES
-
     kind = run.get("tokenizer") or ((run.get("run_config") or {}).get("model") or {}).get("tokenizer") or "bpe"
     return TOKENIZER_NAMES.get(kind, kind)
 

@@ -130,6 +130,30 @@ def run_files(run_dir: Path) -> tuple[list[str] | None, dict[str, Any] | None]:
             yaml.safe_load(config.read_text()) if config.exists() else None)
 
 
+def repo_relative(path: str) -> str:
+    """``path`` relative to the working directory (the repository) when it lies under it: published tables never
+    name a machine's absolute paths (a Hydra multirun records its job directories absolute)."""
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        return path
+    try:
+        return str(candidate.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
+def with_run_files(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """``metrics`` (a run's metrics.json) with its ``run_dir`` (repository-relative), ``overrides`` (overrides.txt)
+    and ``run_config`` (the resolved config.yaml) when the run directory holds them: what the row builders read."""
+    metrics["run_dir"] = repo_relative(metrics.get("run_dir") or str(run_dir))
+    overrides, config = run_files(run_dir)
+    if overrides is not None:
+        metrics["overrides"] = overrides
+    if config is not None:
+        metrics["run_config"] = config
+    return metrics
+
+
 def build_record(run_dir: Path, outputs: Path | None = None) -> dict[str, Any] | None:
     """The record of the run in ``run_dir`` (``outputs``: the root its table reads runs from); None for a run
     that has neither finished (``metrics.json``) nor failed (``error.json``)."""

@@ -1,31 +1,24 @@
 """Every rollout a run directory holds, one entry each: its phase, rollout mode, outcome class and cost.
 
-A run keeps its rollouts in one or more trace stores (``traces.sqlite``: the run's, and one per arm of a
-comparison) and its graded samples in phase folders, each with an ``instances/`` folder of reports
-(``demos``, ``probe``, ``eval_before``, ``rl/step_003``, ``proxy/eval_after``, or the run dir itself for an
-evaluation run). An entry's **phase** is its report's folder relative to the run, RL and validation step
-folders folded into their parent (``rl/step_003`` -> ``rl``); a rollout without a report takes the folder of its
-store. Its **outcome** is one of :data:`OUTCOME_CLASSES`: infrastructure failures (grader error or timeout, or a
-crashed harness: ``repro.evaluation.metrics``) are kept apart from unresolved samples, and demonstrations (not
-graded) apart from both.
+The run's trace stores and phase folders are what ``repro.report.run_layout`` finds. An entry's **phase** is its
+report's folder relative to the run, RL and validation step folders folded into their parent (``rl/step_003`` ->
+``rl``); a rollout without a report takes the folder of its store. Its **outcome** is one of
+:data:`OUTCOME_CLASSES`: infrastructure failures (grader error or timeout, or a crashed harness:
+``repro.evaluation.metrics``) are kept apart from unresolved samples, and demonstrations (not graded) apart from
+both.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from repro.evaluation.records import INSTANCES_DIR, NOT_GRADED_REASON, InstanceReport, read_reports
+from repro.evaluation.records import NOT_GRADED_REASON, InstanceReport, read_reports
+from repro.report.run_layout import phase_of, scan_run
 from repro.store import RolloutRecord, open_store
 
-STORE_FILE = "traces.sqlite"
 OUTCOME_CLASSES = ("resolved", "unresolved", "infra-failure", "not-graded", "no-report")
-_STEP_FOLDER = re.compile(r"/step_\d+$")
-_SKIPPED_DIRS = {"harness", "policy", "checkpoint", "__pycache__"}  # large folders that hold no reports
-_MAX_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -57,32 +50,6 @@ def outcome_class(report: InstanceReport | None) -> str:
     return report.outcome
 
 
-def phase_of(folder: str) -> str:
-    """``rl/step_003`` -> ``rl``, ``validation/step_010`` -> ``validation``; other folders stay as they are."""
-    return _STEP_FOLDER.sub("", folder) if "/" in folder else folder
-
-
-def scan_run(run_dir: Path) -> tuple[list[Path], list[Path]]:
-    """(folders holding an ``instances/`` folder of reports, trace stores) under ``run_dir``, in walk order."""
-    folders: list[Path] = []
-    stores: list[Path] = []
-    root_depth = len(run_dir.parts)
-    for current, dirnames, filenames in os.walk(run_dir):
-        here = Path(current)
-        if INSTANCES_DIR in dirnames:
-            folders.append(here)
-        if STORE_FILE in filenames:
-            stores.append(here / STORE_FILE)
-        deeper = len(here.parts) - root_depth < _MAX_DEPTH
-        dirnames[:] = sorted(d for d in dirnames if deeper and d != INSTANCES_DIR and d not in _SKIPPED_DIRS
-                             and not d.startswith(".") and not d.endswith(".trainer"))
-    return folders, stores
-
-
-def _relative(path: Path, run_dir: Path) -> str:
-    return path.relative_to(run_dir).as_posix() if path != run_dir else "."
-
-
 def _store_rollouts(stores: Iterable[Path]) -> dict[str, tuple[RolloutRecord, tuple[int, int, int], Path]]:
     """rollout id -> (its record, (calls, prompt tokens, completion tokens), its store)."""
     found: dict[str, tuple[RolloutRecord, tuple[int, int, int], Path]] = {}
@@ -100,13 +67,12 @@ def _store_rollouts(stores: Iterable[Path]) -> dict[str, tuple[RolloutRecord, tu
 def index_run(run_dir: Path, stores: list[Path] | None = None) -> list[RolloutEntry]:
     """Every rollout of the run (reported, or only in a store), ordered by phase (the phase that started first
     comes first), then by start time. ``stores``: the trace stores to read (default: every one under the run)."""
-    run_dir = Path(run_dir)
-    folders, found_stores = scan_run(run_dir)
-    in_stores = _store_rollouts(found_stores if stores is None else stores)
+    layout = scan_run(Path(run_dir))
+    in_stores = _store_rollouts(layout.stores if stores is None else stores)
     entries: list[RolloutEntry] = []
     reported: set[str] = set()
-    for folder in folders:
-        rel = _relative(folder, run_dir)
+    for folder in layout.phases:
+        rel = layout.relative(folder)
         for report in read_reports(folder):
             reported.add(report.rollout_id)
             record, usage, store = in_stores.get(report.rollout_id, (None, None, None))
@@ -117,7 +83,7 @@ def index_run(run_dir: Path, stores: list[Path] | None = None) -> list[RolloutEn
                                         record))
     for rollout_id, (record, (calls, prompt, completion), store) in in_stores.items():
         if rollout_id not in reported:
-            rel = _relative(store.parent, run_dir) if store.parent.is_relative_to(run_dir) else "."
+            rel = layout.relative(store.parent) if store.parent.is_relative_to(layout.root) else "."
             entries.append(RolloutEntry(rollout_id, rel, rel, record.mode, "no-report", calls, prompt, completion,
                                         record.created_at, store, None, record))
     first: dict[str, float] = {}

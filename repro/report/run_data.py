@@ -1,9 +1,10 @@
 """What `repro report` reads from run directories: metrics.json, config.yaml, overrides.txt, rl/diagnostics.jsonl,
 and every graded sample (``<phase>/instances/<id>/sample-<i>/report.json``) with the trace store holding its calls.
 
-A run directory's phases are the folders that hold an ``instances/`` folder: the run itself (an evaluation),
-``eval_before`` / ``eval_after`` / ``rl/step_000`` / ``demos`` (the miniature, an RL run), an arm's folders (a
-loop comparison). A sweep directory (``<time>/`` of ``repro run -m``) stands for its jobs.
+A run directory's phases are the folders that hold an ``instances/`` folder, as ``repro.report.run_layout`` finds
+them: the run itself (an evaluation), ``eval_before`` / ``eval_after`` / ``rl/step_000`` / ``demos`` (the miniature,
+an RL run), an arm's folders (a loop comparison); each phase's calls are in the nearest trace store at or above it. A
+sweep directory (``<time>/`` of ``repro run -m``) stands for its jobs.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any
 from repro.evaluation.metrics import is_infra_failure
 from repro.evaluation.records import INSTANCES_DIR, REPORT_FILE, InstanceReport
 from repro.evaluation.summary import METRICS_FILE
-from repro.report.tables import with_run_files
+from repro.report.records import with_run_files
+from repro.report.run_layout import STORE_FILE, scan_run
 from repro.store import RolloutRecord, open_store
 
-STORE_FILE = "traces.sqlite"
 DIAGNOSTICS_FILE = "rl/diagnostics.jsonl"
 SOLVED, FAILED, INFRA, UNGRADED = "solved", "failed", "infra", "ungraded"
 
@@ -114,16 +115,6 @@ def load_run(path: Path) -> Run:
                if diagnostics.exists() else [])
 
 
-def _store_for(phase_dir: Path, run_dir: Path) -> Path | None:
-    """The nearest traces.sqlite at or above ``phase_dir`` (within the run)."""
-    folder = phase_dir
-    while not (folder / STORE_FILE).exists():
-        if folder == run_dir or folder == folder.parent:
-            return None
-        folder = folder.parent
-    return folder / STORE_FILE
-
-
 def _modes(store: Path | None) -> dict[str, RolloutRecord]:
     if store is None:
         return {}
@@ -137,17 +128,15 @@ def _modes(store: Path | None) -> dict[str, RolloutRecord]:
 def samples_of(run: Run) -> list[Sample]:
     """Every sample report of ``run``, by phase, instance and sample."""
     out: list[Sample] = []
-    rollouts: dict[Path, dict[str, RolloutRecord]] = {}
-    for instances in sorted(run.path.rglob(INSTANCES_DIR)):
-        if not instances.is_dir():
-            continue
-        phase_dir = instances.parent
-        store = _store_for(phase_dir, run.path)
+    rollouts: dict[Path | None, dict[str, RolloutRecord]] = {}
+    layout = scan_run(run.path)
+    for phase_dir in layout.phases:
+        store = layout.store_for(phase_dir)
         if store not in rollouts:
             rollouts[store] = _modes(store)
-        for path in sorted(instances.glob(f"*/sample-*/{REPORT_FILE}")):
+        for path in sorted((phase_dir / INSTANCES_DIR).glob(f"*/sample-*/{REPORT_FILE}")):
             report = InstanceReport.from_dict(json.loads(path.read_text()))
             record = rollouts[store].get(report.rollout_id)
-            out.append(Sample(run.label, str(phase_dir.relative_to(run.path)), report, store, path.parent,
+            out.append(Sample(run.label, layout.relative(phase_dir), report, store, path.parent,
                               record.mode if record else ""))
     return out

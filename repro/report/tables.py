@@ -6,25 +6,29 @@ directory), then builds each table from the records under ``results/runs/`` alon
 record id): a clone with the records and no ``outputs/`` rebuilds the same bytes. A table with no record is not
 touched (the published ones made before records existed stay as they are).
 
-Each metrics.json names its ``kind``: ``eval`` runs become one table per comparison (``repro.report.eval_table``),
-``proxy_overhead`` benchmark runs become ``proxy_overhead.md``, ``before_after`` runs (the miniature reproduction)
-one table per comparison (``repro.report.before_after``), ``loop_comparison`` runs likewise
-(``repro.report.loop_comparison``), ``tokenizer_drift`` runs likewise (``repro.report.tokenizer_drift``). Unknown
-kinds are skipped.
+Each metrics.json names its ``kind``; :data:`WRITERS` names the module that writes each kind's tables: ``eval`` runs
+become one table per comparison (``repro.report.eval_table``), ``proxy_overhead`` benchmark runs become
+``proxy_overhead.md``, ``before_after`` runs (the miniature reproduction) one table per comparison
+(``repro.report.before_after``), ``loop_comparison``, ``tokenizer_drift``, ``eval_docker`` and ``engine_comparison``
+runs likewise (their modules of the same name; ``engines``). Unknown kinds are skipped.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from repro.report.before_after import write_before_after_tables
+from repro.report.engines import write_engine_tables
+from repro.report.eval_docker import write_eval_docker_tables
 from repro.report.eval_table import write_eval_tables
 from repro.report.loop_comparison import write_loop_comparison_tables
-from repro.report.records import failure_input, publish, read_records, records_of_outputs, run_files, table_input
+from repro.report.records import failure_input, publish, read_records, records_of_outputs, table_input
+from repro.report.tokenizer_drift import write_tokenizer_drift_tables
 
 RECORDS_DIR = "runs"  # results/runs/<experiment>/<run-id>/record.json
 
@@ -82,18 +86,6 @@ def append_failures(written: list[Path], failures: dict[str, list[dict[str, Any]
         md.write_text(md.read_text() + failures_section(failures[md.stem]))
 
 
-def repo_relative(path: str) -> str:
-    """``path`` relative to the working directory (the repository) when it lies under it: published tables never
-    name a machine's absolute paths (a Hydra multirun records its job directories absolute)."""
-    candidate = Path(path)
-    if not candidate.is_absolute():
-        return path
-    try:
-        return str(candidate.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return path
-
-
 def proxy_overhead_frame(metrics: dict[str, Any]) -> pd.DataFrame:
     frame = pd.DataFrame(metrics["summary"])
     frame["mode"] = frame.pop("stream").map({True: "streaming", False: "non-streaming"})
@@ -127,18 +119,6 @@ def proxy_overhead_markdown(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def with_run_files(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """``metrics`` (a run's metrics.json) with its ``run_dir`` (repository-relative), ``overrides`` (overrides.txt)
-    and ``run_config`` (the resolved config.yaml) when the run directory holds them: what the row builders read."""
-    metrics["run_dir"] = repo_relative(metrics.get("run_dir") or str(run_dir))
-    overrides, config = run_files(run_dir)
-    if overrides is not None:
-        metrics["overrides"] = overrides
-    if config is not None:
-        metrics["run_config"] = config
-    return metrics
-
-
 def write_tables(outputs: Path, results: Path) -> list[Path]:
     """Publish the records of the runs under ``outputs`` and regenerate every table that has records; returns the
     table files written (the records copied are under ``results/runs``)."""
@@ -148,32 +128,29 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
     return written
 
 
+def write_proxy_overhead_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
+    """``results/proxy_overhead.md`` (the newest run, with its provenance) and ``.csv``."""
+    md, csv = results / "proxy_overhead.md", results / "proxy_overhead.csv"
+    md.write_text(proxy_overhead_markdown(runs))
+    proxy_overhead_frame(runs[-1]).to_csv(csv, index=False)
+    return [md, csv]
+
+
+# Each metrics ``kind`` with a table and what writes it from the kind's runs (table inputs, oldest first), in the
+# order the tables are written.
+WRITERS: dict[str, Callable[[list[dict[str, Any]], Path], list[Path]]] = {
+    "proxy_overhead": write_proxy_overhead_tables,
+    "eval": write_eval_tables,
+    "before_after": write_before_after_tables,
+    "loop_comparison": write_loop_comparison_tables,
+    "tokenizer_drift": write_tokenizer_drift_tables,
+    "eval_docker": write_eval_docker_tables,
+    "engine_comparison": write_engine_tables,
+}
+
+
 def write_kind_tables(by_kind: dict[str, list[dict[str, Any]]], results: Path) -> list[Path]:
-    """Each kind's tables from its runs (table inputs, oldest first); returns the files written."""
-    written: list[Path] = []
+    """Each kind's tables from its runs (table inputs, oldest first); returns the files written. Kinds without
+    a writer are skipped."""
     results.mkdir(parents=True, exist_ok=True)
-    if "proxy_overhead" in by_kind:
-        runs = by_kind["proxy_overhead"]
-        md = results / "proxy_overhead.md"
-        md.write_text(proxy_overhead_markdown(runs))
-        proxy_overhead_frame(runs[-1]).to_csv(results / "proxy_overhead.csv", index=False)
-        written += [md, results / "proxy_overhead.csv"]
-    if "eval" in by_kind:
-        written += write_eval_tables(by_kind["eval"], results)
-    if "before_after" in by_kind:
-        written += write_before_after_tables(by_kind["before_after"], results)
-    if "loop_comparison" in by_kind:
-        written += write_loop_comparison_tables(by_kind["loop_comparison"], results)
-    if "tokenizer_drift" in by_kind:
-        from repro.report.tokenizer_drift import write_tokenizer_drift_tables
-
-        written += write_tokenizer_drift_tables(by_kind["tokenizer_drift"], results)
-    if "eval_docker" in by_kind:
-        from repro.report.eval_docker import write_eval_docker_tables
-
-        written += write_eval_docker_tables(by_kind["eval_docker"], results)
-    if "engine_comparison" in by_kind:
-        from repro.report.engines import write_engine_tables
-
-        written += write_engine_tables(by_kind["engine_comparison"], results)
-    return written
+    return [path for kind, write in WRITERS.items() if kind in by_kind for path in write(by_kind[kind], results)]

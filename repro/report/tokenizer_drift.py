@@ -9,8 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from repro.report.before_after import by_table, run_name
-from repro.report.eval_table import pct
+from repro.report.cells import pct, run_name
+from repro.report.sweep_table import sweep_commands
+from repro.report.table_files import by_table
 
 PROMPT_COLUMN = "prompt tokens (first policy call median / max of context)"
 TOKENIZER_NAMES = {"qwen3": "Qwen3 (151,669 ids)", "bpe": "recipe BPE"}
@@ -123,12 +124,6 @@ def purpose_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _commands(runs: list[dict[str, Any]]) -> list[str]:
-    from repro.report.sweep import sweep_commands
-
-    return sweep_commands(runs)
-
-
 def drift_markdown(runs: list[dict[str, Any]]) -> str:
     """The table of the newest run per harness, its per-purpose detail, how it was measured and produced."""
     chosen = newest_per_harness(runs)
@@ -154,7 +149,7 @@ def drift_markdown(runs: list[dict[str, Any]]) -> str:
         pd.DataFrame([r for run in chosen for r in purpose_rows(run)]).to_markdown(index=False,
                                                                                   disable_numparse=True), "",
     ]
-    lines += [f"Command: `{c}`  " for c in _commands(chosen)]
+    lines += [f"Command: `{c}`  " for c in sweep_commands(chosen)]
     sources = ", ".join(f"`{r['run_dir']}`" for r in chosen)
     lines += ["", f"Sources: {sources} · built by `repro table`."]
     return "\n".join(lines) + "\n"

@@ -16,11 +16,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from repro.console.eta import expected
+from repro.console.eta import record as record_rate
 from repro.evaluation.summary import calls_histogram
 from repro.files import atomic_write_text, cache_dir
 from repro.protocols import Harness, Sandbox
-from repro.report.eta import expected
-from repro.report.eta import record as record_rate
 from repro.rl.rollouts import GradeCache, RolloutOptions, RolloutRunner
 from repro.seeding import derive_seed
 from repro.serving.stack import Stack

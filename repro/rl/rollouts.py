@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from repro.console.progress import progress
 from repro.evaluation import (
     InstanceReport,
     Usage,
@@ -34,7 +35,6 @@ from repro.evaluation import (
 from repro.evaluation.records import NOT_GRADED_REASON
 from repro.fanout import SampleJob, SampleOutcome, finish_sample
 from repro.protocols import GradeResult, HarnessResult, HarnessRollout, command_env, require_container_support
-from repro.report.progress import progress
 from repro.sandbox.docker_engine import ImageMissing
 from repro.sandbox.local import LocalSandbox
 from repro.sandbox.repos import RepoError

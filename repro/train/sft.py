@@ -16,7 +16,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig as TrlSFTConfig
 from trl import SFTTrainer
 
-from repro.report.progress import duration
+from repro.console.progress import duration
 from repro.train.config import SftConfig
 from repro.train.device import base_model, distributed, lora_config, merged_state_dict, resolve_device
 from repro.train.rl import TrainingRow, copy_extras

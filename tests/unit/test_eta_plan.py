@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
+from repro.console import eta
 from repro.experiments.miniature import ArmConfig, miniature_phases
-from repro.report import eta
 from repro.runner import compose_config
 from repro.train.sft import sft_steps
 

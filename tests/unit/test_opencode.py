@@ -32,8 +32,8 @@ from harness_adapters.opencode import (
 )
 from harness_adapters.opencode_env import OpenCodeEnv, build_sha256, check_version_exists, is_valid
 from harness_adapters.registry import get_harness
+from repro.configs import CONFIG_DIR
 from repro.protocols import HarnessRollout
-from repro.runner import CONFIG_DIR
 from repro.tasks.schema import Task
 
 BASE = "http://127.0.0.1:9/rollouts/r1/v1"

@@ -18,8 +18,8 @@ import harness_adapters.openhands as oh
 from harness_adapters.envs import HarnessEnv, HarnessEnvError
 from harness_adapters.openhands import OpenHandsConfig, OpenHandsHarness
 from harness_adapters.processes import DUMMY_API_KEY, ProcessOutcome
+from repro.configs import CONFIG_DIR
 from repro.protocols import HarnessRollout
-from repro.runner import CONFIG_DIR
 from repro.tasks.schema import Task
 
 PIP_MISSING = (

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from harness_adapters.processes import run_in_threads, stream_in_threads
+from repro.console.progress import ProgressHandle
 from repro.protocols import HarnessResult, HarnessRollout
-from repro.report.progress import ProgressHandle
 from repro.rl.rollouts import RolloutOptions, RolloutRunner
 from repro.testing import FakeSandbox, FakeStreamingHarness
 

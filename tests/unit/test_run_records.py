@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 from repro.evaluation import EvalSpec, HarnessSpec, InstanceReport, SamplingSpec, TaskSetSpec, eval_metrics
 from repro.evaluation import write_metrics as write_eval_metrics
-from repro.report.records import RECORD_FILE, build_record, read_records, record_text
-from repro.report.tables import find_metrics, with_run_files, write_kind_tables, write_tables
+from repro.report.records import RECORD_FILE, build_record, read_records, record_text, with_run_files
+from repro.report.tables import find_metrics, write_kind_tables, write_tables
 from repro.runner import record_failure, run_configured
 
 REPO_RESULTS = Path(__file__).resolve().parents[2] / "results"

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_module
 
-from repro.report.sweep import matrix_frame, newest_cells, sweep_markdown
+from repro.configs import CONFIG_MODULE
+from repro.report.sweep_table import matrix_frame, newest_cells, sweep_markdown
 from repro.report.tables import write_tables
-from repro.runner import CONFIG_MODULE
 
 
 def cell(harness: str, tasks: str, p: float, started: float, model: str = "policy", infra: int = 0) -> dict[str, Any]:

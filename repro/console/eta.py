@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from repro.console.progress import duration
 from repro.files import atomic_write_text, cache_dir, file_lock
-from repro.report.progress import duration
 
 
 def _path() -> Path:

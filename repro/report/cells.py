@@ -1,0 +1,62 @@
+"""The cells the result tables share: shares as percentages, Pass@1 with its interval, paired differences in
+points, calls per rollout, a run's name. Imports no table module, so every table module can use it."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from repro.evaluation.metrics import bootstrap_interval
+
+
+def pct(value: float | None) -> str:
+    """A share as a percentage with one decimal ('-' for None)."""
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def pass_cell(ev: dict[str, Any]) -> str:
+    """``Pass@1 [low, high]`` of one evaluation."""
+    return f"{pct(ev['pass_at_1'])} [{pct(ev['ci']['low'])}, {pct(ev['ci']['high'])}]"
+
+
+def delta_cell(paired: dict[str, Any]) -> str:
+    """The paired difference and its interval, in points (``+4.5 [+1.2, +7.9]``)."""
+    return (f"{100 * paired['delta']:+.1f} [{100 * paired['delta_low']:+.1f}, {100 * paired['delta_high']:+.1f}]")
+
+
+def mde_cell(paired: dict[str, Any]) -> str:
+    """The minimum detectable effect in points ('-' when unknown)."""
+    return "-" if paired.get("mde") is None else f"{100 * paired['mde']:.1f}"
+
+
+def mean_cell(values: dict[str, float]) -> str:
+    """``44.5% [41.2%, 47.6%]``: the mean of per-instance values with its bootstrap interval over instances."""
+    low, high = bootstrap_interval(list(values.values()))
+    return f"{pct(statistics.fmean(values.values()))} [{pct(low)}, {pct(high)}]"
+
+
+def pass_at_k_cell(run: dict[str, Any]) -> str:
+    """``pass@k before -> after`` at the largest k both evaluations report."""
+    before, after = run["before"].get("pass_at_k") or {}, run["after"].get("pass_at_k") or {}
+    common = sorted(set(before) & set(after), key=int)
+    if not common or common[-1] == "1":
+        return "-"
+    k = common[-1]
+    return f"@{k}: {pct(before[k])} -> {pct(after[k])}"
+
+
+def calls_summary(histogram: dict[str, int]) -> str:
+    """``2.96 (>=3: 97%)``: mean model calls per rollout and the share with three or more."""
+    total = sum(histogram.values())
+    if not total:
+        return "-"
+    mean = sum(int(n) * c for n, c in histogram.items()) / total
+    multi = sum(c for n, c in histogram.items() if int(n) >= 3) / total
+    return f"{mean:.2f} (>=3: {multi:.0%})"
+
+
+def run_name(run_dir: str) -> str:
+    """A run's name in a table: its directory, with the sweep's when it is a multirun job (``<time>/0``)."""
+    path = Path(run_dir)
+    return f"{path.parent.name}/{path.name}" if path.name.isdigit() else path.name

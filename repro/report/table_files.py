@@ -1,0 +1,37 @@
+"""Where a table's runs and files go: the table a run belongs to (its ``table``, else its experiment), the file
+stem of a table name, and the ``<table>.md`` / ``.csv`` pair most kinds write."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+def by_table(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Runs per table name (a run's ``table``, else its experiment), in order."""
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        tables.setdefault(run.get("table") or run["experiment"], []).append(run)
+    return tables
+
+
+def table_file_stem(name: str) -> str:
+    """A table name as a file name (characters other than letters, digits, ``._-`` replaced)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "eval"
+
+
+def write_named_tables(runs: list[dict[str, Any]], results: Path, markdown: Callable[[list[dict[str, Any]]], str],
+                       csv_rows: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> list[Path]:
+    """``results/<table>.md`` (``markdown`` of the table's runs) and ``.csv`` (``csv_rows`` of each run), per table
+    name (a run's ``table``, else its experiment)."""
+    written = []
+    for name, rows in by_table(runs).items():
+        md, csv = results / f"{name}.md", results / f"{name}.csv"
+        md.write_text(f"# {name}\n\n" + markdown(rows))
+        pd.DataFrame([r for run in rows for r in csv_rows(run)]).to_csv(csv, index=False)
+        written += [md, csv]
+    return written
