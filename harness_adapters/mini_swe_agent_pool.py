@@ -35,7 +35,6 @@ from typing import Any
 from harness_adapters.envs import HarnessEnv
 from harness_adapters.mini_swe_agent import (
     CONFIG_NAMES,
-    FINISHED_EXIT_STATUSES,
     NAME,
     RESULT_NAME,
     ROLLOUT_CONFIG_NAME,
@@ -50,6 +49,7 @@ from harness_adapters.mini_swe_agent import (
     write_harness_config,
     write_yaml,
 )
+from harness_adapters.mini_swe_agent_outcome import FINISHED_EXIT_STATUSES
 from harness_adapters.processes import (
     check_batch,
     check_concurrency,

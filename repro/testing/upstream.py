@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m repro.testing --port N``: serve the fake upstream (used by the proxy benchmark)."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(description="Fake vLLM-dialect upstream (tests and benchmarks only).")
+    parser = argparse.ArgumentParser(prog="python -m repro.testing",
+                                     description="Fake vLLM-dialect upstream (tests and benchmarks only).")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--completion-tokens", type=int, default=16)
     args = parser.parse_args(argv)
