@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro.execution.limits import ResourceLimits
+from repro.execution.pytest_runner import run_pytest
 from repro.files import cache_dir, locked
-from repro.sandbox.limits import ResourceLimits
-from repro.sandbox.pytest_runner import run_pytest
 from repro.tasks.mutate import Mutation
 
 PACKAGES_DIR = Path(__file__).parent / "packages"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.sandbox.pytest_runner import run_pytest
+from repro.execution.pytest_runner import run_pytest
 from repro.tasks.bundled import BundledPackage, bundled_packages, write_tree
 from repro.tasks.mutate import function_names
 
