@@ -58,17 +58,17 @@ DEFAULT_CORPUS = (
 class TinyModelConfig:
     """Everything that determines a tiny checkpoint (with the corpus)."""
 
-    seed: int = 0
-    vocab_size: int = 2048
-    hidden_size: int = 128
+    seed: int = 0  # the random weights' seed
+    vocab_size: int = 2048  # the BPE's size before added tokens
+    hidden_size: int = 128  # Qwen3 shape: head_dim = hidden_size / num_heads
     num_layers: int = 4
     num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 384
+    num_kv_heads: int = 2  # grouped-query attention: num_heads / num_kv_heads queries share a key/value head
+    intermediate_size: int = 384  # the MLP's width
     max_position_embeddings: int = 8192
     extra_added_tokens: list[str] = field(default_factory=list)
     # The recipe tokenizer: the harness's fixed paragraphs, tools block, tool-call wrapper and submit suffix as
-    # single tokens. A job resolves it into extra_added_tokens (repro.jobs.stack.resolve_model_config).
+    # single tokens. A job resolves it into extra_added_tokens (repro.tinymodel.recipe.resolve_model_config).
     recipe_tokens: bool = False
     # "bpe": the BPE above, trained on the corpus; "qwen3": Qwen3's exact tokenizer and chat template
     # (repro.tinymodel.qwen3_tokenizer; vocab_size, the corpus and extra_added_tokens are then not used).
@@ -210,8 +210,8 @@ def build_model(config: TinyModelConfig, vocab_size: int, eos_id: int, pad_id: i
 def build_tiny_model(out_dir: Path, config: TinyModelConfig, corpus: list[str]) -> Path:
     """Build the tokenizer and model, save both to ``out_dir``, return ``out_dir``."""
     if config.recipe_tokens:
-        raise ValueError("recipe_tokens is set but not resolved: build with "
-                         "repro.jobs.stack.resolve_model_config(config, harness_cfg), which fills extra_added_tokens")
+        raise ValueError("recipe_tokens is set but not resolved: build with repro.tinymodel.recipe."
+                         "resolve_model_config(config, harness_cfg), which fills extra_added_tokens")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = make_tokenizer(config, corpus)
