@@ -60,15 +60,20 @@ import platform
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Collection
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
 from harness_adapters.envs import HarnessEnv, HarnessEnvError, ensure_harness_env
-from harness_adapters.processes import ProcessOutcome, isolated_env, run_in_session, tail
+from harness_adapters.mini_swe_agent_outcome import (
+    HarnessIdentity,
+    HarnessRunResult,
+    classify_run,
+)
+from harness_adapters.processes import isolated_env, run_in_session
+from harness_adapters.template_texts import fixed_template_texts, rendered_texts, sentinel
 
 NAME = "mini-swe-agent"
 DEFAULT_VERSION = "2.4.6"
@@ -78,13 +83,11 @@ PINNED_PACKAGES: dict[str, list[str]] = {
     "1.17.5": ["mini-swe-agent==1.17.5", "litellm==1.110.2", "openai==3.57.0"],
 }
 SUPPORTED_MAJORS = (1, 2)
-FINISHED_EXIT_STATUSES = ("Submitted", "LimitsExceeded", "TimeExceeded", "RepeatedFormatError")
 CONFIG_NAMES = {"base": "repro-mswea-base.yaml", "settings": "repro-mswea-settings.yaml"}
 ROLLOUT_CONFIG_NAME = "repro-mswea-rollout.yaml"
 TRAJECTORY_NAME = "trajectory.traj.json"
 RESULT_NAME = "harness_run.json"
 
-RunStatus = Literal["finished", "crashed", "timeout"]
 # The ``<system_information>`` line every first prompt gets on any host (mini's template:
 # ``{{system}} {{release}} {{version}} {{machine}}``): demonstrations, warm starts and frozen evaluations are then the
 # same token ids on every machine, whatever its kernel. ``platform: {}`` in the harness config: the host's uname.
@@ -125,40 +128,14 @@ class MiniSweAgentConfig:
             raise ValueError(f"mini-SWE-agent {self.version} (1.x) has no wall-time limit: set wall_time_limit_s: 0 "
                              f"(the rollout timeout still applies), got {self.wall_time_limit_s}")
 
+    def fixed_prompt_texts(self, platform_line: bool = False) -> list[str]:
+        """The fixed paragraphs of the prompts this config gives (:func:`fixed_prompt_texts`): what the tiny model's
+        recipe tokenizer makes single tokens."""
+        return fixed_prompt_texts(self, platform_line=platform_line)
 
-@dataclass(frozen=True)
-class HarnessIdentity:
-    """What exactly ran: harness name/version, config file hashes, wire-relevant package versions."""
-
-    name: str
-    version: str
-    config_sha256: str
-    files: dict[str, str]
-    packages: dict[str, str]
-
-
-@dataclass(frozen=True)
-class HarnessRunResult:
-    """Outcome of one harness subprocess."""
-
-    status: RunStatus
-    reason: str
-    exit_code: int | None
-    duration_s: float
-    cpu_s: float
-    trajectory_path: Path | None
-    exit_status: str
-    n_model_calls: int
-    stdout_tail: str
-    stderr_tail: str
-    command: list[str]
-    identity: HarnessIdentity
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready view."""
-        data = asdict(self)
-        data["trajectory_path"] = str(self.trajectory_path) if self.trajectory_path else None
-        return data
+    def tools(self) -> list[dict[str, Any]]:
+        """The ``tools`` list the harness sends under this config (:func:`harness_tools`)."""
+        return harness_tools(self)
 
 
 def major_version(version: str) -> int | None:
@@ -191,8 +168,6 @@ def fixed_prompt_texts(cfg: MiniSweAgentConfig, env: HarnessEnv | None = None, *
     ``platform_line`` adds the paragraphs of the instance template rendered with :func:`platform_variables` (as
     mini's local environment renders it): the ``<system_information>`` block becomes one token instead of ~35; with
     ``cfg.platform`` pinned (the default) the tokenizer is the same on every machine, else it follows the kernel."""
-    from repro.tinymodel.vocab import fixed_template_texts, rendered_texts, sentinel
-
     env = env or ensure_mini_swe_agent_env(cfg.version)
     data = yaml.safe_load(_base_config_source(env, cfg).read_text(encoding="utf-8"))
     sections = [section for section in data.values() if isinstance(section, dict)]
@@ -395,60 +370,6 @@ def _check_not_shadowed(workdir: Path) -> None:
     for name in [*CONFIG_NAMES.values(), ROLLOUT_CONFIG_NAME]:
         if (workdir / name).exists():
             raise ValueError(f"{workdir / name} would shadow the harness config; remove it from the workdir")
-
-
-def classify_run(
-    outcome: ProcessOutcome,
-    trajectory: Path,
-    output_dir: Path,
-    cmd: list[str],
-    identity: HarnessIdentity,
-    timeout_s: float,
-    finished: Collection[str] = FINISHED_EXIT_STATUSES,
-) -> HarnessRunResult:
-    """Classify a ``mini`` run from its exit and trajectory: finished iff it exited 0 with one of ``finished``."""
-    info = trajectory_info(trajectory)
-    exit_status = str((info or {}).get("exit_status") or "")
-    status, reason = _status_and_reason(outcome, exit_status, info is not None, timeout_s, finished)
-    if status == "crashed":
-        last_err = tail(output_dir / "stderr.log").strip().splitlines()[-1:]
-        reason = f"{reason}: {last_err[0]}" if last_err else reason
-    return HarnessRunResult(
-        status=status,
-        reason=reason,
-        exit_code=outcome.exit_code,
-        duration_s=round(outcome.duration_s, 3),
-        cpu_s=round(outcome.cpu_s, 3),
-        trajectory_path=trajectory if trajectory.exists() else None,
-        exit_status=exit_status,
-        n_model_calls=int((info or {}).get("model_stats", {}).get("api_calls", 0)),
-        stdout_tail=tail(output_dir / "stdout.log"),
-        stderr_tail=tail(output_dir / "stderr.log"),
-        command=cmd,
-        identity=identity,
-    )
-
-
-def _status_and_reason(
-    outcome: ProcessOutcome, exit_status: str, has_trajectory: bool, timeout_s: float, finished: Collection[str]
-) -> tuple[RunStatus, str]:
-    if outcome.timed_out:
-        return "timeout", f"killed after {timeout_s:g} s"
-    if outcome.exit_code != 0:
-        return "crashed", f"exit code {outcome.exit_code}, exit status {exit_status or 'none'}"
-    if not has_trajectory:
-        return "crashed", "exit code 0 but no trajectory written"
-    if exit_status not in finished:
-        return "crashed", f"unexpected exit status {exit_status!r}"
-    return "finished", exit_status
-
-
-def trajectory_info(path: Path) -> dict[str, Any] | None:
-    """The ``info`` dict of a mini trajectory file (None when missing or unreadable)."""
-    try:
-        return json.loads(path.read_text()).get("info", {})
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def write_yaml(path: Path, data: dict[str, Any]) -> None:

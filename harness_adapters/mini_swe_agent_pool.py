@@ -34,22 +34,16 @@ from typing import Any
 
 from harness_adapters.envs import HarnessEnv
 from harness_adapters.mini_swe_agent import (
-    CONFIG_NAMES,
-    FINISHED_EXIT_STATUSES,
     NAME,
     RESULT_NAME,
-    ROLLOUT_CONFIG_NAME,
     TRAJECTORY_NAME,
     MiniSweAgentConfig,
     build_process_env,
     ensure_mini_swe_agent_env,
     is_v1,
-    litellm_model_name,
-    rollout_settings,
-    swebench_environment,
     write_harness_config,
-    write_yaml,
 )
+from harness_adapters.mini_swe_agent_wire import result_from_worker, worker_request
 from harness_adapters.processes import (
     check_batch,
     check_concurrency,
@@ -252,40 +246,10 @@ class MiniSweAgentHarness:
         return len(worker.abandoned) > self._max_abandoned
 
     def _send(self, worker: _Worker, index: int, rollout: HarnessRollout) -> None:
-        request = self._request(rollout)
+        request = worker_request(rollout, self._env, self._config_dir)
         now = time.monotonic()
         worker.in_flight[rollout.rollout_id] = _InFlight(index, rollout, now, now + rollout.timeout_s + self._grace_s)
         worker.process.send(request)  # if the worker is gone, its EOF event marks this rollout crashed
-
-    def _request(self, rollout: HarnessRollout) -> dict[str, Any]:
-        """Write the rollout's config overlay and build the worker request (same options as ``build_command``)."""
-        workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
-        rollout_config = output_dir / "config" / ROLLOUT_CONFIG_NAME
-        rollout_config.parent.mkdir(parents=True, exist_ok=True)
-        container_base = swebench_environment(self._env.site_packages) if rollout.container is not None else None
-        write_yaml(rollout_config, rollout_settings(rollout.task.problem_statement, rollout.base_url, workdir,
-                                                    rollout.container, container_base, rollout.env))
-        trajectory = output_dir / TRAJECTORY_NAME
-        trajectory.unlink(missing_ok=True)
-        shared = [self._config_dir / name for name in CONFIG_NAMES.values()]
-        return {
-            "rollout_id": rollout.rollout_id,
-            "config_files": [*map(str, shared), str(rollout_config)],
-            "cli": {
-                "model_name": litellm_model_name(rollout.model_name),
-                "environment_class": "docker" if rollout.container is not None else "local",
-                "yolo": True,
-                "cost_limit": 0.0,
-                "exit_immediately": True,
-                "output": str(trajectory),
-            },
-            "workdir": "" if rollout.container is not None else str(workdir),
-            "output_dir": str(output_dir),
-            "timeout_s": rollout.timeout_s,
-            "diff_command": rollout.container.diff_command if rollout.container is not None else None,
-            "startup_command": rollout.container.startup_command if rollout.container is not None else "",
-            "startup_timeout_s": rollout.container.startup_timeout_s if rollout.container is not None else None,
-        }
 
     def _abort(self) -> None:
         """A run failed midway: stop the workers that still hold its rollouts, so no later run inherits them."""
@@ -327,7 +291,7 @@ class MiniSweAgentHarness:
             flight = worker.in_flight.pop(rollout_id)
             if message.get("outcome") == "timeout":
                 worker.abandoned.add(rollout_id)
-            self._record(results, flight, _from_worker(flight.rollout, message, worker.pid))
+            self._record(results, flight, result_from_worker(flight.rollout, message, worker.pid))
 
     def _on_exit(self, worker: _Worker, results: dict[int, HarnessResult]) -> None:
         """The worker's output ended: it died. Its rollouts crash with the reason; the slot restarts on demand."""
@@ -396,37 +360,6 @@ class MiniSweAgentHarness:
             startup_timeout_s=self._startup_timeout_s,
         )
         return _Worker(slot, process)
-
-
-def _from_worker(rollout: HarnessRollout, message: dict[str, Any], pid: int) -> HarnessResult:
-    """Map a worker's report to a result, classified as the subprocess adapter classifies a finished ``mini``."""
-    outcome, exit_status = message.get("outcome"), str(message.get("exit_status", ""))
-    trajectory = message.get("trajectory_path")
-    if outcome == "timeout":
-        status, reason = "timeout", f"ran past {rollout.timeout_s:g} s; stopped by the worker's watchdog"
-    elif outcome == "raised":
-        status = "crashed"
-        reason = f"uncaught error, exit status {exit_status or 'none'}: {last_line(message.get('error', ''))}"
-    elif not trajectory:
-        status, reason = "crashed", "the agent returned but wrote no trajectory"
-    elif exit_status not in FINISHED_EXIT_STATUSES:
-        status, reason = "crashed", f"unexpected exit status {exit_status!r}"
-    else:
-        status, reason = "finished", exit_status
-    info = {k: message.get(k) for k in ("cpu_s", "submission", "error", "diff", "diff_error")} | {
-        "worker_pid": pid,
-        "stdout_log": str(Path(rollout.output_dir).resolve() / "stdout.log"),
-    }
-    return HarnessResult(
-        rollout_id=rollout.rollout_id,
-        status=status,
-        reason=reason,
-        exit_status=exit_status,
-        n_model_calls=int(message.get("n_model_calls") or 0),
-        duration_s=float(message.get("duration_s") or 0.0),
-        trajectory_path=trajectory,
-        info=info,
-    )
 
 
 def _existing(path: Path) -> str | None:

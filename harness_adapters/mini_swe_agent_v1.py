@@ -62,19 +62,17 @@ from harness_adapters.mini_swe_agent import (
     NAME,
     RESULT_NAME,
     TRAJECTORY_NAME,
-    HarnessRunResult,
     MiniSweAgentConfig,
     build_process_env,
-    classify_run,
     ensure_mini_swe_agent_env,
     is_v1,
     litellm_model_name,
     rollout_settings,
     swebench_config,
-    trajectory_info,
     write_harness_config,
     write_yaml,
 )
+from harness_adapters.mini_swe_agent_outcome import HarnessRunResult, classify_run, trajectory_info
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import TAIL_CHARS, last_line, run_in_session
 from repro.protocols import ContainerSpec, HarnessResult, HarnessRollout

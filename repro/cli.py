@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     from repro.tasks.commands import add_tasks_parser
 
     add_tasks_parser(sub)
-    from repro.sandbox.image_commands import add_images_parser
+    from repro.cli_images import add_images_parser
 
     add_images_parser(sub)
     from repro.plan import add_plan_parser

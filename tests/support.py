@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig, is_v1
 from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
 from harness_adapters.mini_swe_agent_v1 import MiniSweAgentV1Harness
+from repro.execution.limits import ResourceLimits
 from repro.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyApp, ProxyConfig
-from repro.sandbox.limits import ResourceLimits
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.sandbox.repos import git
 from repro.serving.stack import CpuServingConfig, running_stack

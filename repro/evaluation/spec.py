@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.dataclass_floats import coerce_floats
+from repro.sandbox.config import SandboxSpec
 from repro.seeding import eval_seed
 from repro.tasks.schema import Task
 
@@ -113,21 +114,6 @@ class LimitsSpec:
 
     step_limit: int = 30
     time_limit_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        coerce_floats(self, require_finite=True)
-
-
-@dataclass(frozen=True)
-class SandboxSpec:
-    """Where and how patches are graded."""
-
-    kind: str = "local"
-    test_timeout_s: float = 120.0
-    cpu_time_s: float = 300.0
-    memory_mb: int = 4096
-    file_size_mb: int = 256
-    settings: dict[str, Any] = field(default_factory=dict)  # e.g. docker image digests
 
     def __post_init__(self) -> None:
         coerce_floats(self, require_finite=True)

@@ -29,13 +29,12 @@ import json
 import logging
 import re
 import shlex
-import subprocess
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repro.tasks.blobs import buggy_files
 from repro.tasks.schema import Task
 from repro.tinymodel.vocab import SUBMIT_COMMAND, SUBMIT_SUFFIX
 
@@ -212,42 +211,6 @@ def submits_by_sentinel(prompt: str) -> bool:
 def text_action(command: str) -> str:
     """The completion that runs ``command`` in a text-mode harness: one ``bash`` code block."""
     return f"```bash\n{command}\n```"
-
-
-def read_blobs(repo: Path, specs: list[str]) -> dict[str, str | None]:
-    """``git cat-file --batch`` of ``<commit>:<path>`` specs: spec -> text (None when missing)."""
-    if not specs:
-        return {}
-    proc = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input="\n".join(specs).encode() + b"\n",
-                          capture_output=True, check=True)
-    out, pos, blobs = proc.stdout, 0, {}
-    for spec in specs:
-        end = out.index(b"\n", pos)
-        header = out[pos:end].split()
-        if len(header) != 3:
-            blobs[spec], pos = None, end + 1
-            continue
-        size = int(header[2])
-        blobs[spec], pos = out[end + 1 : end + 1 + size].decode("utf-8", "replace"), end + 2 + size
-    return blobs
-
-
-def buggy_files(pairs: Iterable[tuple[Task, str]]) -> dict[tuple[str, str], str | None]:
-    """(base_commit, path) -> text of ``path`` at the task's base commit (None when unreadable)."""
-    by_repo: dict[str, set[tuple[str, str]]] = defaultdict(set)
-    texts: dict[tuple[str, str], str | None] = {}
-    for task, path in pairs:
-        texts[(task.base_commit, path)] = None
-        if task.repo_path:
-            by_repo[task.repo_path].add((task.base_commit, path))
-    for repo, keys in by_repo.items():
-        ordered = sorted(keys)
-        try:
-            blobs = read_blobs(Path(repo), [f"{commit}:{path}" for commit, path in ordered])
-        except (OSError, subprocess.CalledProcessError):
-            continue
-        texts.update({(commit, path): blobs.get(f"{commit}:{path}") for commit, path in ordered})
-    return texts
 
 
 def procedure(task: Task, fix: LineFix | None, file_text: str | None) -> list[str]:

@@ -1,4 +1,5 @@
-"""Turn upstream responses (vLLM dialect) into what the store keeps: token ids, logprobs, a compact body.
+"""Turn upstream responses (vLLM dialect) into what the store keeps (a :class:`CallRecord`'s token ids,
+logprobs, usage counts and a compact body).
 
 Token columns describe choice 0. vLLM puts ``prompt_token_ids`` at the top level for chat completions
 and inside each choice for text completions; both places are read.
@@ -11,18 +12,7 @@ from typing import Any
 
 import orjson
 
-
-@dataclass
-class Extracted:
-    """What the store needs from one response."""
-
-    prompt_ids: list[int] | None = None
-    completion_ids: list[int] | None = None
-    logprobs: list[float] | None = None
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    response: dict[str, Any] | None = None
+from repro.store.records import CallRecord
 
 
 def _choice_logprobs(choice: dict[str, Any]) -> list[float] | None:
@@ -34,26 +24,33 @@ def _choice_logprobs(choice: dict[str, Any]) -> list[float] | None:
     return logprobs.get("token_logprobs")  # text-completion format
 
 
-def extract_response(body: dict[str, Any]) -> Extracted:
-    """Pull ids and logprobs out of a non-streaming response; the stored body keeps everything else."""
-    out = Extracted()
+def extract_response(body: dict[str, Any], call: CallRecord) -> None:
+    """Fill ``call``'s token columns, finish reason, usage counts and stored body (``body`` without choice 0's token
+    arrays) from a non-streaming response; on an unreadable body it raises before touching ``call``."""
     choices = body.get("choices") or []
-    out.prompt_ids = body.pop("prompt_token_ids", None)
+    prompt_ids = body.pop("prompt_token_ids", None)
+    completion_ids = logprobs = finish_reason = None
     if choices:
         first = dict(choices[0])
-        out.completion_ids = first.pop("token_ids", None)
-        out.logprobs = _choice_logprobs(first)
+        completion_ids = first.pop("token_ids", None)
+        logprobs = _choice_logprobs(first)
         first.pop("logprobs", None)
-        if out.prompt_ids is None:
-            out.prompt_ids = first.get("prompt_token_ids")
+        if prompt_ids is None:
+            prompt_ids = first.get("prompt_token_ids")
         first.pop("prompt_token_ids", None)
-        out.finish_reason = first.get("finish_reason")
+        finish_reason = first.get("finish_reason")
         body["choices"] = [first, *choices[1:]]
     usage = body.get("usage") or {}
-    out.prompt_tokens = usage.get("prompt_tokens")
-    out.completion_tokens = usage.get("completion_tokens")
-    out.response = body
-    return out
+    _set_tokens(call, prompt_ids, completion_ids, logprobs, finish_reason, usage.get("prompt_tokens"),
+                usage.get("completion_tokens"))
+    call.response = body
+
+
+def _set_tokens(call: CallRecord, prompt_ids: list[int] | None, completion_ids: list[int] | None,
+                logprobs: list[float] | None, finish_reason: str | None, prompt_tokens: int | None,
+                completion_tokens: int | None) -> None:
+    call.prompt_ids, call.completion_ids, call.logprobs = prompt_ids, completion_ids, logprobs
+    call.finish_reason, call.prompt_tokens, call.completion_tokens = finish_reason, prompt_tokens, completion_tokens
 
 
 class StreamFormatError(ValueError):
@@ -158,18 +155,14 @@ class StreamAccumulator:
         entry.name += function.get("name") or ""
         entry.arguments.append(function.get("arguments") or "")
 
-    def result(self, endpoint: str) -> Extracted:
-        """The assembled record (a non-streaming-shaped response body without token arrays)."""
+    def fill(self, call: CallRecord) -> None:
+        """Fill ``call``'s token columns, finish reason, usage counts and stored body (a non-streaming-shaped response
+        body without token arrays) from what was assembled."""
         usage = self.usage or {}
-        return Extracted(
-            prompt_ids=self.prompt_ids,
-            completion_ids=self.completion_ids,
-            logprobs=self.logprobs if self.has_logprobs else None,
-            finish_reason=self.finish_reason,
-            prompt_tokens=usage.get("prompt_tokens"),
-            completion_tokens=usage.get("completion_tokens", len(self.completion_ids)),
-            response=self._response(endpoint),
-        )
+        _set_tokens(call, self.prompt_ids, self.completion_ids, self.logprobs if self.has_logprobs else None,
+                    self.finish_reason, usage.get("prompt_tokens"),
+                    usage.get("completion_tokens", len(self.completion_ids)))
+        call.response = self._response(call.endpoint)
 
     def _response(self, endpoint: str) -> dict[str, Any]:
         if endpoint == "completions":

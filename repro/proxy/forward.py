@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from repro.asgi import SSE_HEADERS, Receive, Send, send_bytes
-from repro.proxy.assemble import Extracted, StreamAccumulator, StreamFormatError, extract_response
+from repro.proxy.assemble import StreamAccumulator, StreamFormatError, extract_response
 from repro.proxy.config import ProxyConfig
 from repro.proxy.errors import ProxyError, upstream_error
 from repro.proxy.sampled import check_sampled
@@ -103,10 +103,10 @@ class Forwarder:
         if status != 200:
             return await self._fail(call, send, self._status_error(status, data))
         try:
-            extracted = extract_response(orjson.loads(data))
+            extract_response(orjson.loads(data), call)
         except (orjson.JSONDecodeError, AttributeError, TypeError, KeyError) as exc:
             return await self._fail(call, send, upstream_error(502, f"upstream returned an unreadable body: {exc}"))
-        _fill(call, extracted)
+        _set_finished(call)
         reason = check_sampled(call, request)
         if reason:
             _refuse_tokens(call)
@@ -166,7 +166,9 @@ class Forwarder:
         except StreamFormatError as exc:
             call.status, call.error = "error", str(exc)
         call.t_end = time.time()
-        _fill(call, acc.result(call.endpoint), keep_status=call.status == "error")
+        acc.fill(call)
+        if call.status != "error":
+            _set_finished(call)
         if disconnected.is_set():
             call.status, call.error = "aborted", "client disconnected mid-stream; upstream request cancelled"
         elif acc.upstream_error is not None and call.status != "error":
@@ -255,9 +257,6 @@ def _refuse_tokens(call: CallRecord) -> None:
         call.finish_reason = None
 
 
-def _fill(call: CallRecord, ex: Extracted, keep_status: bool = False) -> None:
-    call.prompt_ids, call.completion_ids, call.logprobs = ex.prompt_ids, ex.completion_ids, ex.logprobs
-    call.finish_reason, call.response = ex.finish_reason, ex.response
-    call.prompt_tokens, call.completion_tokens = ex.prompt_tokens, ex.completion_tokens
-    if not keep_status:
-        call.status = "truncated" if ex.finish_reason == "length" else "ok"
+def _set_finished(call: CallRecord) -> None:
+    """The status of a call whose response was read whole: ``truncated`` at the length limit, else ``ok``."""
+    call.status = "truncated" if call.finish_reason == "length" else "ok"

@@ -23,6 +23,7 @@ from typing import Any
 
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
+from repro.execution.pytest_runner import TestRun
 from repro.protocols import ContainerSpec, GradeResult, HarnessResult, Workspace
 from repro.sandbox import docker_engine as engine_api
 from repro.sandbox.docker_engine import ContainerLimits, ExecResult, exec_bounded, put_file, run_labels
@@ -30,7 +31,6 @@ from repro.sandbox.eval_script import GRADING_ENV, eval_spec, test_exit_code
 from repro.sandbox.grading import LOG_TAIL_CHARS, added_hook_files, decide, protected_paths
 from repro.sandbox.history import BASE_REF, scrub_command
 from repro.sandbox.images import BUNDLED_NAMESPACE, TaskImage, require_task_image, swebench_image_name
-from repro.sandbox.pytest_runner import TestRun
 from repro.sandbox.repos import RepoResolver
 from repro.tasks.materialize import REPO_OWNER
 from repro.tasks.schema import Task

@@ -27,8 +27,8 @@ from typing import Any
 
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
+from repro.execution.pytest_runner import PYTEST_MAIN, parse_statuses
 from repro.sandbox.grading import graded_tests
-from repro.sandbox.pytest_runner import PYTEST_MAIN, parse_statuses
 from repro.tasks.schema import Task
 from repro.tasks.swesmith import grading_checkout, is_swesmith
 

@@ -35,19 +35,16 @@ import signal
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, ResolvedStatus
 from swebench.harness.grading import get_eval_tests_report, get_resolution_status, test_passed
 
+from repro.execution.pytest_runner import TestRun, run_pytest
 from repro.protocols import GradeResult
+from repro.sandbox.config import LocalSandboxConfig
 from repro.sandbox.grading_env import grading_python
-from repro.sandbox.pytest_runner import TestRun, run_pytest
 from repro.sandbox.repos import GitError, RepoError, RepoResolver, apply_patch, make_working_copy, remove_tree
 from repro.tasks.schema import Task
-
-if TYPE_CHECKING:
-    from repro.sandbox.local import LocalSandboxConfig
 
 # Paths a patch touches: `--- a/p` / `+++ b/p` lines (tab-separated timestamps cut), `diff --git a/p b/p` headers.
 _PATCH_PATHS = re.compile(r"^(?:--- a/|\+\+\+ b/)([^\t\n]+)|^diff --git a/(\S+) b/(\S+)$", re.M)

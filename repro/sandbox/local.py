@@ -15,25 +15,15 @@ import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from repro.execution.limits import CommandResult, clean_env, run_limited
 from repro.protocols import GradeResult, Workspace
+from repro.sandbox.config import LocalSandboxConfig
 from repro.sandbox.grading import grade_patch
 from repro.sandbox.grading_env import grading_python
-from repro.sandbox.limits import CommandResult, ResourceLimits, clean_env, run_limited
 from repro.sandbox.repos import GitError, RepoResolver, diff_against, make_agent_copy, remove_tree
 from repro.tasks.schema import Task
 
-
-@dataclass
-class LocalSandboxConfig:
-    """Where repositories and workspaces live, and how graded tests run."""
-
-    repos_dir: str = "repos"  # task repos resolve to <repos_dir>/<owner>__<name> unless the task has repo_path
-    workspace_root: str | None = None  # None: a fresh temp dir per sandbox, removed by close()
-    test_timeout_s: float = 120.0  # wall-clock limit of one grading pytest run
-    limits: ResourceLimits = field(default_factory=ResourceLimits)  # rlimits for commands and graded tests
-    keep_workspaces: bool = False  # debugging: cleanup() and grading leave their directories behind
-    python: str | None = None  # interpreter that runs the graded tests (None: the pinned grading env, see grading_env)
-    fork_pytest: bool = True  # graded runs forked from a warm pytest server (pytest_server.py): same run, less CPU
+__all__ = ["LocalSandbox", "LocalSandboxConfig", "LocalWorkspace", "task_path"]
 
 
 @dataclass

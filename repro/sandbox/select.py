@@ -8,9 +8,10 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from repro.evaluation.spec import SandboxSpec
+from repro.execution.limits import ResourceLimits
+from repro.sandbox.config import LocalSandboxConfig, SandboxSpec
 from repro.sandbox.grading_env import grading_identity, grading_python
-from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.sandbox.local import LocalSandbox
 from repro.tasks.schema import Task
 
 
@@ -34,9 +35,8 @@ def make_sandbox(config: Any) -> Any:
 def sandbox_spec(config: Any, tasks: list[Task]) -> SandboxSpec:
     """The frozen spec's sandbox: limits, the grading interpreter; for docker, every task image's content id."""
     if isinstance(config, LocalSandboxConfig):
-        limits = config.limits
-        return SandboxSpec("local", config.test_timeout_s, limits.cpu_s, limits.memory_mb, limits.file_size_mb,
-                           settings={"grading": grading_identity(grading_python(config.python))})
+        return SandboxSpec.of("local", config.test_timeout_s, config.limits,
+                              {"grading": grading_identity(grading_python(config.python))})
     from repro.sandbox.docker import DockerSandbox
 
     box = DockerSandbox(config)
@@ -49,7 +49,8 @@ def sandbox_spec(config: Any, tasks: list[Task]) -> SandboxSpec:
     settings = {"images": len(images), "images_missing": len(missing), "images_sha256": digest,
                 "limits": asdict(config.limits), "command_timeout_s": config.command_timeout_s,
                 "scrub_history": config.scrub_history}
-    return SandboxSpec("docker", config.test_timeout_s, 0.0, config.limits.memory_mb, 0, settings=settings)
+    limits = ResourceLimits(cpu_s=0, memory_mb=config.limits.memory_mb, file_size_mb=0)  # the container's memory only
+    return SandboxSpec.of("docker", config.test_timeout_s, limits, settings)
 
 
 def _content_id(box: Any, task: Task) -> str | None:

@@ -2,7 +2,8 @@
 
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
 ``POST /v1/load_weights`` (``{"model_dir": DIR}``: swap in a checkpoint's weights between batches, see
-:mod:`repro.serving.weights`). With ``expert_tasks`` the completions are scripted (:mod:`repro.expert.script`).
+:mod:`repro.serving.weights`). With ``expert_tasks`` the completions are scripted by the miniature's expert (plugged
+in by name, :data:`EXPERT_SCRIPT`), with ``scenarios`` by replies per scenario (:mod:`repro.serving.scripted`).
 vLLM extensions honoured: ``return_token_ids`` (prompt ids top-level for chat / per choice for
 completions; completion ids per choice, as deltas when streaming), ``stop_token_ids``,
 ``chat_template_kwargs``, ``add_generation_prompt``, ``stop_reason``. Tool calls are parsed with the
@@ -29,9 +30,9 @@ from typing import Any
 import orjson
 
 from repro.asgi import Receive, Send, send_json
+from repro.serving.cpu_server_args import CpuServerArgs, ServerConfig
 from repro.serving.engine import (
     Engine,
-    EngineConfig,
     ErrorEvent,
     Event,
     FinishEvent,
@@ -49,6 +50,7 @@ from repro.serving.openai_api import (
     parse_chat_request,
     parse_completion_request,
 )
+from repro.serving.scripted import Script, ScriptedEngine, load_script, scenario_script
 from repro.serving.streaming import (
     ChatStreamer,
     CompletionStreamer,
@@ -61,24 +63,9 @@ from repro.serving.weights import reload_weights
 log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
-
-
-@dataclass
-class ServerConfig:
-    """How to serve a checkpoint over HTTP."""
-
-    engine: EngineConfig
-    host: str = "127.0.0.1"
-    port: int = 8000
-    served_model_name: str | None = None  # None: the checkpoint directory's name
-    max_logprobs: int = 20
-    log_level: str = "warning"
-    expert_tasks: Path | None = None  # a tasks JSONL: serve the scripted expert instead of the model
-    expert_slip_rate: float = 0.0  # share of tasks where the expert types sed -n for sed -i (expert.slipped)
-    expert_slip_seed: int = 0
-    expert_slip_operators: tuple[str, ...] = ()  # only tasks of these mutation operators slip (empty: any)
-    scenarios: Path | None = None  # tests only: scripted replies per scenario (repro.testing.ScenarioEngine)
-    api_key: str | None = field(default=None, repr=False)  # required as a bearer token on /v1 routes when set
+EXPERT_SCRIPT = "repro.expert:serving_script"  # (tasks JSONL, slip rate, slip seed, slip operators) -> Script
+__all__ = ["EXPERT_SCRIPT", "CPUServerApp", "Generation", "ServerConfig", "create_app", "main", "run_server",
+           "server_script", "stream_sse"]
 
 
 class Generation:
@@ -335,22 +322,21 @@ async def stream_sse(send: Send, chunks: AsyncIterator[dict[str, Any]]) -> None:
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
 
-def create_app(config: ServerConfig) -> CPUServerApp:
-    """Load the engine (the scripted expert when ``config.expert_tasks`` is set) and build the ASGI app."""
+def server_script(config: ServerConfig) -> Script | None:
+    """What scripts the completions under ``config``: scenario replies, the expert, or nothing (the model samples)."""
     if config.scenarios is not None:
-        from repro.testing import ScenarioEngine
+        return scenario_script(config.scenarios)
+    if config.expert_tasks is not None:
+        return load_script(EXPERT_SCRIPT, Path(config.expert_tasks), config.expert_slip_rate, config.expert_slip_seed,
+                           config.expert_slip_operators)
+    return None
 
-        engine: Engine = ScenarioEngine(config.engine, config.scenarios)
-    elif config.expert_tasks is not None:
-        from repro.expert import ExpertScript
-        from repro.serving.scripted import ScriptedEngine
 
-        script = ExpertScript.from_jsonl(Path(config.expert_tasks), config.expert_slip_rate, config.expert_slip_seed,
-                                         config.expert_slip_operators)
-        log.info("expert: %d tasks, %d with a one-line fix", len(script.commands), script.n_scripted)
-        engine = ScriptedEngine(config.engine, script.completion)
-    else:
-        engine = Engine(config.engine)
+def create_app(config: ServerConfig, script: Script | None = None) -> CPUServerApp:
+    """Load the engine and build the ASGI app; the completions are scripted by ``script`` when given, else by what
+    :func:`server_script` finds in ``config``, else sampled from the model."""
+    script = script or server_script(config)
+    engine = Engine(config.engine) if script is None else ScriptedEngine(config.engine, script)
     name = config.served_model_name or config.engine.model_dir.resolve().name
     return CPUServerApp(engine, name, config.max_logprobs, api_key=config.api_key)
 
@@ -369,8 +355,6 @@ def run_server(config: ServerConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     """``python -m repro.serving.cpu_server`` entry point (same flags as ``repro serve``)."""
     import argparse
-
-    from repro.serving.cpu_server_args import CpuServerArgs
 
     parser = argparse.ArgumentParser(prog="python -m repro.serving.cpu_server", description=__doc__)
     CpuServerArgs.add_arguments(parser)

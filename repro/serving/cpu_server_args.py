@@ -1,6 +1,7 @@
 """The CPU server's settings as one dataclass that owns its command line: the flags of ``repro serve`` and
 ``python -m repro.serving.cpu_server`` (:meth:`CpuServerArgs.add_arguments`, :meth:`~CpuServerArgs.from_args`), the
-argv a job starts the server with (:meth:`~CpuServerArgs.to_argv`), and the server config they stand for.
+argv a job starts the server with (:meth:`~CpuServerArgs.to_argv`), and the server config they stand for
+(:class:`ServerConfig`, which :mod:`repro.serving.cpu_server` serves).
 
 Light: torch and transformers are imported only by :meth:`CpuServerArgs.server_config`.
 """
@@ -16,10 +17,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from repro.serving.cpu_server import ServerConfig
+    from repro.serving.engine import EngineConfig
 
 SERVER_API_KEY_ENV = "REPRO_SERVER_API_KEY"
-__all__ = ["SERVER_API_KEY_ENV", "CpuServerArgs"]
+__all__ = ["SERVER_API_KEY_ENV", "CpuServerArgs", "ServerConfig"]
+
+
+@dataclass
+class ServerConfig:
+    """How to serve a checkpoint over HTTP."""
+
+    engine: EngineConfig
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: str | None = None  # None: the checkpoint directory's name
+    max_logprobs: int = 20
+    log_level: str = "warning"
+    expert_tasks: Path | None = None  # a tasks JSONL: serve the scripted expert instead of the model
+    expert_slip_rate: float = 0.0  # share of tasks where the expert types sed -n for sed -i (expert.slipped)
+    expert_slip_seed: int = 0
+    expert_slip_operators: tuple[str, ...] = ()  # only tasks of these mutation operators slip (empty: any)
+    scenarios: Path | None = None  # tests: scripted replies per scenario (repro.serving.scripted.scenario_script)
+    api_key: str | None = field(default=None, repr=False)  # required as a bearer token on /v1 routes when set
 
 
 @dataclass(frozen=True)
@@ -48,7 +67,7 @@ class CpuServerArgs:
     expert_slip_seed: int = 0
     expert_slip_operators: tuple[str, ...] = field(default=(), metadata={
         "help": "comma-separated mutation operators: only their tasks can slip (default: any)"})
-    scenarios: Path | None = field(default=None, metadata={"help": argparse.SUPPRESS})  # tests: ScenarioEngine
+    scenarios: Path | None = field(default=None, metadata={"help": argparse.SUPPRESS})  # tests: scenario replies
     api_key: str | None = field(default=None, repr=False, metadata={
         "help": f"require this bearer token on /v1 routes (default: ${SERVER_API_KEY_ENV}; the variable keeps the "
                 "key out of the process list)"})
@@ -90,7 +109,6 @@ class CpuServerArgs:
 
     def server_config(self) -> ServerConfig:
         """The server config these settings stand for (imports the serving stack)."""
-        from repro.serving.cpu_server import ServerConfig
         from repro.serving.engine import EngineConfig
 
         engine = EngineConfig(model_dir=Path(self.model), max_batch_size=self.max_batch_size,

@@ -16,40 +16,34 @@ def encode_ids(ids: list[int] | array | None) -> bytes | None:
     """Token ids as little-endian int32 bytes (4 bytes a token); an int32 ``array`` is taken as it is."""
     if ids is None:
         return None
-    packed = array("i", ids) if not isinstance(ids, array) or ids.typecode != "i" else ids
-    if packed is ids and sys.byteorder != "little":
-        packed = array("i", ids)  # byteswap below must not touch the caller's array
-    if sys.byteorder != "little":
-        packed.byteswap()
-    return packed.tobytes()
+    as_is = isinstance(ids, array) and ids.typecode == "i" and sys.byteorder == "little"  # nothing to swap in place
+    return _little_endian(ids if as_is else array("i", ids))
 
 
 def decode_ids(blob: bytes | None) -> list[int] | None:
     """Inverse of :func:`encode_ids`."""
-    if blob is None:
-        return None
-    packed = array("i")
-    packed.frombytes(blob)
-    if sys.byteorder != "little":
-        packed.byteswap()
-    return packed.tolist()
+    return None if blob is None else _from_little_endian(blob, "i")
 
 
 def encode_floats(values: list[float] | None) -> bytes | None:
     """Logprobs as little-endian float32 bytes."""
-    if values is None:
-        return None
-    packed = array("f", values)
+    return None if values is None else _little_endian(array("f", values))
+
+
+def decode_floats(blob: bytes | None) -> list[float] | None:
+    """Inverse of :func:`encode_floats`."""
+    return None if blob is None else _from_little_endian(blob, "f")
+
+
+def _little_endian(packed: array) -> bytes:
+    """The bytes of ``packed`` (an array this module owns: swapped in place on a big-endian host)."""
     if sys.byteorder != "little":
         packed.byteswap()
     return packed.tobytes()
 
 
-def decode_floats(blob: bytes | None) -> list[float] | None:
-    """Inverse of :func:`encode_floats`."""
-    if blob is None:
-        return None
-    packed = array("f")
+def _from_little_endian(blob: bytes, typecode: str) -> list:
+    packed = array(typecode)
     packed.frombytes(blob)
     if sys.byteorder != "little":
         packed.byteswap()

@@ -1,4 +1,5 @@
-"""The hand-written packages shipped under ``repro/tasks/packages/`` and pytest validation of their mutants.
+"""The hand-written packages shipped as data under ``repro_taskdata/packages/`` and pytest validation of their
+mutants.
 
 Each package directory is a repository root: ``<name>/`` (the code), ``tests/`` (its pytest tests) and an empty
 ``conftest.py`` (so pytest puts the root on ``sys.path``). They are data, not ``repro`` runtime code.
@@ -19,12 +20,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro.execution.limits import ResourceLimits
+from repro.execution.pytest_runner import run_pytest
 from repro.files import cache_dir, locked
-from repro.sandbox.limits import ResourceLimits
-from repro.sandbox.pytest_runner import run_pytest
 from repro.tasks.mutate import Mutation
+from repro_taskdata import PACKAGES_DIR
 
-PACKAGES_DIR = Path(__file__).parent / "packages"
 VALIDATION_TIMEOUT_S = 20.0
 VALIDATION_LIMITS = ResourceLimits(cpu_s=3)  # a mutant that loops forever is killed after 3 CPU seconds
 CLEAN_KEY = "clean"  # cache entry: the clean package's test ids
@@ -53,7 +54,7 @@ class BundledPackage:
 
 
 def bundled_packages() -> dict[str, BundledPackage]:
-    """Every package under ``repro/tasks/packages`` by name."""
+    """Every package under ``repro_taskdata/packages`` by name."""
     return {p.name: BundledPackage(p.name, p) for p in sorted(PACKAGES_DIR.iterdir()) if (p / p.name).is_dir()}
 
 

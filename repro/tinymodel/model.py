@@ -58,13 +58,13 @@ DEFAULT_CORPUS = (
 class TinyModelConfig:
     """Everything that determines a tiny checkpoint (with the corpus)."""
 
-    seed: int = 0
-    vocab_size: int = 2048
-    hidden_size: int = 128
+    seed: int = 0  # the random weights' seed
+    vocab_size: int = 2048  # the BPE's size before added tokens
+    hidden_size: int = 128  # Qwen3 shape: head_dim = hidden_size / num_heads
     num_layers: int = 4
     num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 384
+    num_kv_heads: int = 2  # grouped-query attention: num_heads / num_kv_heads queries share a key/value head
+    intermediate_size: int = 384  # the MLP's width
     max_position_embeddings: int = 8192
     extra_added_tokens: list[str] = field(default_factory=list)
     # The recipe tokenizer: the harness's fixed paragraphs, tools block, tool-call wrapper and submit suffix as

@@ -16,7 +16,7 @@ import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from repro.files import cache_dir, locked
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model, config_dict
@@ -29,25 +29,37 @@ _CHAT_ROLES = "system\nuser\nassistant\ntool\n"  # the role names after <|im_sta
 _PLATFORM_WORDS = "Linux Darwin Kernel Version SMP PREEMPT_DYNAMIC PREEMPT_RT x86_64 aarch64 arm64 GNU\n"
 
 
+@runtime_checkable
+class RecipeHarness(Protocol):
+    """A harness config that hands out what its prompts repeat verbatim (mini-SWE-agent's ``MiniSweAgentConfig``):
+    asked for, never imported, so the harness adapters need nothing from this package."""
+
+    def fixed_prompt_texts(self, platform_line: bool = False) -> list[str]:
+        """The fixed paragraphs of its prompt templates (``platform_line``: with the rendered platform line)."""
+        ...
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The ``tools`` list the harness sends."""
+        ...
+
+
 def resolve_model_config(config: TinyModelConfig, harness: Any, platform_line: bool = False) -> TinyModelConfig:
     """``config`` with its recipe tokens for the mini-SWE-agent config ``harness`` added to ``extra_added_tokens``
     (``recipe_tokens`` then off); unchanged when ``config.recipe_tokens`` is off. ``platform_line``: see
-    :func:`harness_adapters.mini_swe_agent.fixed_prompt_texts` (off: the tokenizer is the same on every machine)."""
+    :meth:`RecipeHarness.fixed_prompt_texts` (off: the tokenizer is the same on every machine)."""
     if not config.recipe_tokens:
         return config
-    from harness_adapters.mini_swe_agent import MiniSweAgentConfig, fixed_prompt_texts, harness_tools
-
-    if not isinstance(harness, MiniSweAgentConfig):
-        raise ValueError(f"recipe tokens are defined for mini-SWE-agent only, got {type(harness).__name__}")
-    texts = fixed_prompt_texts(harness, platform_line=platform_line)
-    tokens = recipe_added_tokens(texts, harness_tools(harness))
+    if not isinstance(harness, RecipeHarness):
+        raise ValueError("recipe tokens are defined for mini-SWE-agent only (a harness config with "
+                         f"fixed_prompt_texts and tools), got {type(harness).__name__}")
+    tokens = recipe_added_tokens(harness.fixed_prompt_texts(platform_line=platform_line), harness.tools())
     return replace(config, recipe_tokens=False, extra_added_tokens=sorted({*config.extra_added_tokens, *tokens}))
 
 
 def recipe_corpus(tasks: list[Any]) -> list[str]:
     """The recipe's BPE corpus: the chat role names, platform words, each task's statement and the files its gold
     patch changes at the task's base commit (``tasks`` are :class:`repro.tasks.schema.Task`: pass the train split's)."""
-    from repro.expert.script import buggy_files
+    from repro.tasks.blobs import buggy_files
 
     files = buggy_files((t, path) for t in tasks for path in _PATCHED.findall(t.patch))
     statements = (t.problem_statement for t in tasks)

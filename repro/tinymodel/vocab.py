@@ -1,61 +1,25 @@
 """The recipe vocabulary: fixed texts that become single added tokens of the tiny model's tokenizer.
 
 What a rollout's prompt and answer repeat verbatim is one token each: every fixed paragraph of the harness's
-templates (:func:`fixed_template_texts`, fed by the harness adapter), the fixed part of our chat template's
-tools block for the given tools (:func:`tools_block_texts`), the tool-call wrapper around a ``bash`` command
-(:func:`tool_call_pieces`) and the submit suffix. Everything else (task statements, code, commands) goes
+templates (its config's ``fixed_prompt_texts``, see :mod:`harness_adapters.template_texts`), the fixed part of our
+chat template's tools block for the given tools (:func:`tools_block_texts`), the tool-call wrapper around a ``bash``
+command (:func:`tool_call_pieces`) and the submit suffix. Everything else (task statements, code, commands) goes
 through the BPE, whose pre-split makes a code line tokenize the same way in a statement and in a command.
 
-This module stays light (jinja2 only); transformers is imported when a chat template is rendered.
+This module stays light; transformers is imported when a chat template is rendered.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import jinja2
+from harness_adapters.template_texts import MIN_PIECE_CHARS, sentinel
 
 SUBMIT_COMMAND = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 SUBMIT_SUFFIX = " && " + SUBMIT_COMMAND
-MIN_PIECE_CHARS = 12
-_BLANK_LINE = re.compile(r"\n[ \t]*\n")
-_SENTINEL = "REPROSENTINEL{}"
 _CHAT_SPECIAL = re.compile(r"<\|im_start\|>|<\|im_end\|>")
-
-
-def template_literals(source: str) -> list[str]:
-    """The literal text segments of a Jinja template, after its whitespace control (``{%-``, ``-%}``).
-
-    Lexed with jinja2's default environment (what ``jinja2.Template(source)`` uses), so each segment is
-    printed verbatim whenever the template reaches it.
-    """
-    return [value for _, kind, value in jinja2.Environment().lex(source) if kind == "data"]
-
-
-def paragraphs(text: str, min_chars: int = MIN_PIECE_CHARS) -> list[str]:
-    """``text`` split at blank lines, each piece stripped; pieces shorter than ``min_chars`` are dropped."""
-    pieces = (piece.strip() for piece in _BLANK_LINE.split(text))
-    return [piece for piece in pieces if len(piece) >= min_chars]
-
-
-def fixed_template_texts(sources: Iterable[str], min_chars: int = MIN_PIECE_CHARS) -> list[str]:
-    """Sorted, distinct paragraphs of the literal text of the Jinja templates ``sources``."""
-    literals = [literal for source in sources for literal in template_literals(source)]
-    return sorted({piece for literal in literals for piece in paragraphs(literal, min_chars)})
-
-
-def sentinel(i: int) -> str:
-    """A placeholder value that :func:`rendered_texts` splits at (for variables whose value is not fixed)."""
-    return _SENTINEL.format(i)
-
-
-def rendered_texts(source: str, variables: dict[str, Any], min_chars: int = MIN_PIECE_CHARS) -> list[str]:
-    """Sorted, distinct paragraphs of the template rendered with ``variables``, split at each :func:`sentinel`."""
-    text = jinja2.Template(source, undefined=jinja2.StrictUndefined).render(**variables)
-    parts = re.split(_SENTINEL.format(r"\d+"), text)
-    return sorted({piece for part in parts for piece in paragraphs(part, min_chars)})
 
 
 def render_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,

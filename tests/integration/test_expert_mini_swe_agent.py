@@ -21,10 +21,11 @@ from harness_adapters.mini_swe_agent import (
     harness_tools,
     platform_line,
 )
+from harness_adapters.template_texts import fixed_template_texts
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
-from repro.tinymodel.vocab import SUBMIT_SUFFIX, fixed_template_texts, tool_call_pieces
+from repro.tinymodel.vocab import SUBMIT_SUFFIX, tool_call_pieces
 from tests import support
 
 TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=3, families=["procedural"], operators=["recipe"],

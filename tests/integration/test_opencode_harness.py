@@ -1,5 +1,5 @@
 """The real OpenCode 1.18.33 on two bundled tasks, through the recording proxy and the real CPU server (scripted
-replies: ``repro.testing.ScenarioEngine``), run by the same ``RolloutRunner`` as a frozen evaluation.
+replies: ``repro.serving.scripted.scenario_script``), run by the same ``RolloutRunner`` as a frozen evaluation.
 
 Checks: every call (OpenCode always streams) is recorded with prompt and completion token ids; the title request
 is recorded with purpose ``auxiliary``; OpenCode ran its bash and write tools and finished; and what OpenCode

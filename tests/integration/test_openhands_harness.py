@@ -1,5 +1,5 @@
 """The real OpenHands SDK 1.58.2 (default agent, local workspace) through the recording proxy and the real CPU
-server with scripted replies (``repro.testing.ScenarioEngine``).
+server with scripted replies (``repro.serving.scripted.scenario_script``).
 
 - Two bundled tasks through ``evaluate_job`` (registry name ``openhands``): the agent runs terminal commands, edits
   a file with ``sed`` and calls ``finish``; every call is recorded with its token ids and both rollouts finish.

@@ -1,7 +1,7 @@
 """The rebuilt loop against the real mini-SWE-agent 2.4.6 on scripted replies: same exits, same calls, same prompts.
 
-One scripted model server (``repro.testing.ScenarioEngine``) answers both the real harness and the rebuilt loop
-through the recording proxy, per scenario: submission, step limit, wall-time limit, repeated format errors (no
+One scripted model server (``repro.serving.scripted.scenario_script``) answers both the real harness and the rebuilt
+loop through the recording proxy, per scenario: submission, step limit, wall-time limit, repeated format errors (no
 tool call; an unknown tool), and a recovery after one format error. For every scenario the rebuilt loop must end
 with the harness's exit status after as many calls, and send token for token the prompts the harness sent; the
 fidelity replay of the harness's recording must find no divergent turn.

@@ -23,7 +23,7 @@ import pytest
 pytestmark = pytest.mark.e2e  # a whole `repro run` (and a wheel build / a browser) on a real stack
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("repro", "harness_adapters")
+PACKAGES = ("repro", "harness_adapters", "repro_taskdata")
 BUILD_INPUTS = ("pyproject.toml", "README.md")
 NO_CACHE = shutil.ignore_patterns("__pycache__", "*.pyc")
 
@@ -81,7 +81,7 @@ def test_the_wheel_holds_every_config_and_data_file(wheel: Path) -> None:
     missing = sorted(_package_files(ROOT) - names)
     assert not missing, missing
     assert {"repro/conf/config.yaml", "repro/conf/experiment/smoke.yaml", "repro/conf/hydra/launcher/slurm.yaml",
-            "repro/tasks/packages/strkit/tests/test_strkit.py", "repro/tinymodel/chat_template.jinja",
+            "repro_taskdata/packages/strkit/tests/test_strkit.py", "repro/tinymodel/chat_template.jinja",
             "harness_adapters/mini_swe_agent_worker.py"} <= names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 

@@ -484,3 +484,15 @@ def test_vllm_command() -> None:
         "--seed 3",
     ):
         assert part in joined
+
+
+def test_scenario_script_answers_by_marker_and_turn(tmp_path: Path) -> None:
+    from repro.serving.scripted import scenario_script
+
+    path = tmp_path / "scenarios.json"
+    path.write_text('{"a": ["first", "second"]}')
+    reply = scenario_script(path)
+    one_turn = "<|im_start|>user\nSCENARIO a. fix it"
+    assert reply(one_turn) == "first"
+    assert reply(one_turn + "<|im_start|>user\nok" * 2) == "second"  # the last reply repeats
+    assert reply("<|im_start|>user\nno marker") == ""

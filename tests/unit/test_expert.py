@@ -16,7 +16,6 @@ from transformers import AutoTokenizer
 from repro.expert.script import (
     ExpertScript,
     LineFix,
-    buggy_files,
     sed_command,
     single_line_fix,
     slip,
@@ -28,6 +27,7 @@ from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.cpu_server import ServerConfig, create_app
 from repro.serving.engine import EngineConfig
 from repro.serving.tool_parser import parse_tool_calls
+from repro.tasks.blobs import buggy_files
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
 from repro.testing import ServerThread

@@ -18,21 +18,10 @@ import pytest
 import torch
 
 from repro.asgi import Receive, Send, read_body, send_json
-from repro.bench.gpu_check import (
-    Context,
-    GpuCheckConfig,
-    Report,
-    Runner,
-    SkipStep,
-    advantages,
-    completion_row,
-    resolve_server,
-    run_check,
-    train_step,
-    training_rows,
-    vllm_serving,
-    weight_sync,
-)
+from repro.bench.gpu_check import run_check, vllm_serving
+from repro.bench.gpu_check_env import resolve_server
+from repro.bench.gpu_check_runner import Context, GpuCheckConfig, Report, Runner, SkipStep
+from repro.bench.gpu_check_train import advantages, train_step, training_rows, weight_sync
 from repro.bench.logprob_check import TOLERANCES, Row, compare_rows, greedy_rows, load_causal_lm, rows_from_store
 from repro.net import free_port
 from repro.serving.vllm_launcher import build_vllm_command
@@ -148,15 +137,6 @@ def test_resolve_server_without_vllm() -> None:
     assert kind == "none" and "vllm is not installed" in why and "no CUDA GPU" in why
     assert resolve_server(GpuCheckConfig(out=Path("."), server="cpu"), env)[0] == "cpu"
     assert resolve_server(GpuCheckConfig(out=Path(".")), {"vllm": "0.11.0", "cuda": True})[0] == "vllm"
-
-
-def test_completion_row_parses_both_id_forms() -> None:
-    body = {"choices": [{"token_ids": [5, 6], "logprobs": {"token_logprobs": [-0.5, -1.0], "tokens": ["a", "b"]}}]}
-    assert completion_row(body, [1, 2]).completion_ids == [5, 6]
-    body["choices"][0].pop("token_ids")
-    body["choices"][0]["logprobs"]["tokens"] = ["token_id:7", "token_id:8"]
-    row = completion_row(body, [1, 2])
-    assert row.completion_ids == [7, 8] and row.logprobs == [-0.5, -1.0] and row.temperature == 0.0
 
 
 def _mock_vllm(routes: dict[str, list[int]], seen: list[tuple[str, Any]]) -> httpx.Client:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness_adapters.envs import ensure_harness_env
-from repro.sandbox.pytest_runner import parse_statuses
+from repro.execution.pytest_runner import parse_statuses
 from repro.sandbox.repos import git
 from repro.tasks.schema import Task
 from tests.support import commit_all, make_sandbox

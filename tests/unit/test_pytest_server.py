@@ -1,4 +1,4 @@
-"""The pytest fork server (repro/sandbox/pytest_server.py): a forked run is the run a fresh process gives (same
+"""The pytest fork server (repro/execution/pytest_server.py): a forked run is the run a fresh process gives (same
 statuses, exit code, environment, limits, timeout), nothing of one run reaches the next, and a dead server costs
 nothing but speed."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from repro.sandbox import pytest_server
+from repro.execution import pytest_server
+from repro.execution.limits import ResourceLimits
+from repro.execution.pytest_runner import run_pytest
 from repro.sandbox.grading_env import default_grading_python
-from repro.sandbox.limits import ResourceLimits
-from repro.sandbox.pytest_runner import run_pytest
 
 TESTS = {
     "test_mix.py": "import os\n\ndef test_pass():\n    assert 1 + 1 == 2\n\ndef test_fail():\n    assert 1 == 2\n\n"

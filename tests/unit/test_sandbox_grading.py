@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from repro.sandbox import pytest_runner
+from repro.execution import pytest_runner
+from repro.execution.limits import ResourceLimits
 from repro.sandbox.grading import decide, protected_paths
-from repro.sandbox.limits import ResourceLimits
 from repro.sandbox.local import LocalSandbox
 from repro.tasks.schema import Task
 from tests.support import CALC, calc_task, make_calc_repo, make_sandbox

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.sandbox.limits import ResourceLimits
+from repro.execution.limits import ResourceLimits
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig, task_path
 from repro.sandbox.repos import RepoError, git, repo_location
 from repro.tasks.schema import Task

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.sandbox.pytest_runner import run_pytest
+from repro.execution.pytest_runner import run_pytest
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
 

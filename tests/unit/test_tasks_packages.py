@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.sandbox.pytest_runner import run_pytest
+from repro.execution.pytest_runner import run_pytest
 from repro.tasks.bundled import BundledPackage, bundled_packages, write_tree
 from repro.tasks.mutate import function_names
 
@@ -46,7 +46,8 @@ def test_package_shape(name: str):
                 assert all(a.name.split(".")[0] in allowed for a in node.names), rel
 
 
-def test_packages_are_not_python_packages_of_repro():
-    from repro.tasks.bundled import PACKAGES_DIR
+def test_packages_are_data_outside_repro():
+    from repro_taskdata import PACKAGES_DIR
 
     assert not (PACKAGES_DIR / "__init__.py").exists()
+    assert PACKAGES_DIR.parent.name == "repro_taskdata"  # not under repro/: data, not its source

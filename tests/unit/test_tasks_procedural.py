@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.sandbox.pytest_runner import run_pytest
+from repro.execution.pytest_runner import run_pytest
 from repro.tasks.bundled import write_tree
 from repro.tasks.mutate import find_mutations
 from repro.tasks.procedural import WORDS, ProceduralConfig, generate_module, module_seed, run_cases, verdict

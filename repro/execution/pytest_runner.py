@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro.sandbox.limits import ResourceLimits, clean_env, run_limited
-from repro.sandbox.pytest_server import POOL, ServerGone
+from repro.execution.limits import ResourceLimits, clean_env, run_limited
+from repro.execution.pytest_server import POOL, ServerGone
 
 # Like `python -m pytest`, but pytest is imported before the working copy goes first on sys.path: otherwise a
 # patch that adds a `pytest.py` would replace the test runner (SWE-bench's `pytest` script is not exposed either).
@@ -54,7 +54,7 @@ def run_pytest(repo_dir: Path, test_ids: list[str], timeout_s: float = 120.0,
                limits: ResourceLimits | None = None, python: str = sys.executable, forked: bool = False) -> TestRun:
     """``pytest -rA <test_ids>`` with ``python`` in ``repo_dir`` (clean env, rlimits, timeout); statuses parsed
     from the ``-rA`` summary by ``swebench.harness.log_parsers.parse_log_pytest``. ``forked``: the run is forked
-    from a warm pytest server of ``python`` (:mod:`repro.sandbox.pytest_server`; a fresh process if it fails)."""
+    from a warm pytest server of ``python`` (:mod:`repro.execution.pytest_server`; a fresh process if it fails)."""
     args = ["-rA", "-p", "no:cacheprovider", "-o", "addopts=", "--no-header", "-q", "--tb=short", *test_ids]
     limits = limits or ResourceLimits()
     with tempfile.TemporaryDirectory(prefix="repro-home-") as home:

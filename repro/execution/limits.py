@@ -20,12 +20,13 @@ SAFE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 
 @dataclass
 class ResourceLimits:
-    """Per-process limits for sandboxed commands (0 = unlimited)."""
+    """Per-process limits for sandboxed commands and graded tests, the one home of their values (0 = unlimited); the
+    local sandbox's config holds one, the frozen spec records one (``repro.sandbox.config``)."""
 
-    cpu_s: int = 300
-    memory_mb: int = 4096
-    file_size_mb: int = 256
-    open_files: int = 1024
+    cpu_s: int = 300  # RLIMIT_CPU: SIGXCPU at the limit, SIGKILL a second later
+    memory_mb: int = 4096  # RLIMIT_AS
+    file_size_mb: int = 256  # RLIMIT_FSIZE
+    open_files: int = 1024  # RLIMIT_NOFILE
 
 
 @dataclass

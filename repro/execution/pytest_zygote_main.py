@@ -1,11 +1,11 @@
 """The pytest fork server's own program, run by the grading interpreter (standard library + pytest only: it never
-imports ``repro``). See :mod:`repro.sandbox.pytest_server`.
+imports ``repro``). See :mod:`repro.execution.pytest_server`.
 
 It imports pytest once, then serves one request at a time, one JSON line each on stdin::
 
     {"cwd": ..., "env": {...}, "args": [...], "rlimits": [[resource, soft, hard], ...], "out": path}
 
-For each it forks a child that starts a new session, applies the rlimits (``repro.sandbox.limits.rlimits``),
+For each it forks a child that starts a new session, applies the rlimits (``repro.execution.limits.rlimits``),
 points stdin at ``/dev/null`` and stdout/stderr at ``out``, takes ``env`` as its whole environment, puts ``cwd``
 first on ``sys.path`` (after pytest was imported, as ``pytest_runner.PYTEST_MAIN`` does) and exits with
 ``pytest.main(args)``'s code. It answers

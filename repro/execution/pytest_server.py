@@ -1,7 +1,7 @@
 """Graded pytest runs forked from a warm interpreter instead of started afresh.
 
 A fresh ``python -c <pytest main>`` spends ~0.2-0.3 s of CPU importing pytest before it runs a test; in the CPU
-miniature that import was most of a rollout's grading cost. A fork server (:mod:`repro.sandbox.pytest_zygote_main`,
+miniature that import was most of a rollout's grading cost. A fork server (:mod:`repro.execution.pytest_zygote_main`,
 run by the grading interpreter) imports pytest once and forks a child per run. The child is what ``run_limited``
 would have started: a new session, the same rlimits, the given environment only (the server itself starts with a
 clean one: no credentials, fixed hash seed), the working copy first on ``sys.path`` after pytest was imported, the
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from repro.sandbox.limits import CommandResult, ResourceLimits, clean_env, kill_session, rlimits
+from repro.execution.limits import CommandResult, ResourceLimits, clean_env, kill_session, rlimits
 
 ZYGOTE = Path(__file__).with_name("pytest_zygote_main.py")
 START_TIMEOUT_S = 60.0
