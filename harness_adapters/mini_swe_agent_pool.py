@@ -32,7 +32,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness_adapters.envs import HarnessEnv
 from harness_adapters.mini_swe_agent import (
     NAME,
     RESULT_NAME,
@@ -54,6 +53,7 @@ from harness_adapters.processes import (
 )
 from harness_adapters.worker_process import Event, WorkerProcess, WorkerStartError
 from repro.protocols import HarnessResult, HarnessRollout
+from repro.venvs import HarnessEnv
 
 __all__ = ["WORKER_SCRIPT", "MiniSweAgentHarness", "WorkerStartError"]
 

@@ -56,7 +56,6 @@ from typing import Any
 
 import yaml
 
-from harness_adapters.envs import HarnessEnv
 from harness_adapters.mini_swe_agent import (
     CONFIG_NAMES,
     NAME,
@@ -76,6 +75,7 @@ from harness_adapters.mini_swe_agent_outcome import HarnessRunResult, classify_r
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import TAIL_CHARS, last_line, run_in_session
 from repro.protocols import ContainerSpec, HarnessResult, HarnessRollout
+from repro.venvs import HarnessEnv
 
 __all__ = ["FINISHED_EXIT_STATUSES", "V1_VERSION", "MiniSweAgentV1Harness", "build_command", "merge_configs"]
 
@@ -189,7 +189,7 @@ class MiniSweAgentV1Harness(PerRolloutHarness):
                             FINISHED_EXIT_STATUSES)
             result = _as_result(rollout.rollout_id, run, output_dir)
             if rollout.container is not None:
-                _attach_container_diff(result, output_dir / DIFF_NAME, outcome.timed_out, rollout.rollout_id)
+                _attach_container_diff(result, output_dir / DIFF_NAME)
         self.write_record(output_dir / RESULT_NAME, result, cmd)
         return result
 
@@ -208,19 +208,15 @@ class MiniSweAgentV1Harness(PerRolloutHarness):
         return [str(self._env.python), str(DOCKER_RUNNER), str(request_path)]
 
 
-def _attach_container_diff(result: HarnessResult, diff_path: Path, timed_out: bool, rollout_id: str) -> None:
-    """The patch the runner printed inside the container (or why it could not); after a timeout, the rollout's
-    container is removed here (the runner was killed before it could)."""
+def _attach_container_diff(result: HarnessResult, diff_path: Path) -> None:
+    """The patch the runner printed inside the container (or why it could not). After a timeout the runner was
+    killed before it could remove the container: the sandbox's workspace cleanup removes it, by the rollout's
+    label."""
     error_path = Path(f"{diff_path}.error")
     if diff_path.is_file():
         result.info["diff"] = diff_path.read_text(encoding="utf-8")
     elif error_path.is_file():
         result.info["diff_error"] = error_path.read_text(encoding="utf-8")
-    if timed_out:
-        from repro.sandbox.docker_engine import LABEL_ROLLOUT, client, labelled, remove_quietly
-
-        engine = client()
-        remove_quietly(labelled(engine, f"{LABEL_ROLLOUT}={rollout_id}"))
 
 
 def _as_result(rollout_id: str, run: HarnessRunResult, output_dir: Path) -> HarnessResult:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness_adapters.envs import HarnessEnv
 from harness_adapters.mini_swe_agent import (
     CONFIG_NAMES,
     ROLLOUT_CONFIG_NAME,
@@ -19,6 +18,7 @@ from harness_adapters.mini_swe_agent import (
 from harness_adapters.mini_swe_agent_outcome import FINISHED_EXIT_STATUSES
 from harness_adapters.processes import last_line
 from repro.protocols import HarnessResult, HarnessRollout
+from repro.venvs import HarnessEnv
 
 __all__ = ["result_from_worker", "worker_request"]
 

@@ -29,9 +29,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness_adapters.envs import MARKER_NAME, HarnessEnvError, env_root, read_marker, run_or_raise
 from harness_adapters.versions import nearest
 from repro.files import locked
+from repro.venvs import MARKER_NAME, HarnessEnvError, env_root, read_marker, run_or_raise
 
 NAME = "opencode"
 PACKAGE = "opencode-ai"

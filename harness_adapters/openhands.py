@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from harness_adapters.envs import HarnessEnv, HarnessEnvError, ensure_harness_env
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import (
     TAIL_CHARS,
@@ -62,6 +61,7 @@ from harness_adapters.processes import (
 from harness_adapters.versions import nearest
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.proxy import purpose_base_url
+from repro.venvs import HarnessEnv, HarnessEnvError, ensure_harness_env
 
 __all__ = ["DEFAULT_VERSION", "NAME", "OpenHandsConfig", "OpenHandsHarness", "ensure_openhands_env", "find_python"]
 

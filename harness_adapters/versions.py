@@ -16,7 +16,7 @@ from typing import Literal
 import httpx
 from packaging.version import InvalidVersion, Version
 
-from harness_adapters.envs import env_root, read_marker
+from repro.venvs import env_root, read_marker
 
 log = logging.getLogger(__name__)
 

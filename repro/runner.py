@@ -231,13 +231,13 @@ def redacted_overrides(overrides: list[str]) -> list[str]:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from harness_adapters.envs import HarnessEnvError
     from harness_adapters.registry import UnknownHarnessError
     from harness_adapters.versions import HarnessVersionError
     from repro.sandbox.repos import RepoError
     from repro.serving.vllm_env import VllmEnvError
     from repro.serving.vllm_launcher import VLLMNotInstalledError
     from repro.tasks.loaders import TaskSourceError
+    from repro.venvs import HarnessEnvError
 
     return (TaskSourceError, UnknownHarnessError, HarnessVersionError, HarnessEnvError, RepoError, VllmEnvError,
             VLLMNotInstalledError, SystemExit)

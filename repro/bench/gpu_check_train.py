@@ -42,7 +42,7 @@ def training_rows(rows: list[Any], advs: list[float], max_len: int) -> list[Any]
 def train_step(ctx: Context) -> tuple[Path, dict[str, Any]]:
     """One policy-gradient step of the project's one trainer (``repro.train.rl.PolicyTrainer``, fp32 on the
     device, the recorded logprobs as sampling logprobs) on the rows, saved as ``work/step-1``."""
-    from repro.train.config import RlConfig
+    from repro.train.config import UpdateConfig
     from repro.train.rl import PolicyTrainer
 
     if not ctx.rows:
@@ -52,7 +52,7 @@ def train_step(ctx: Context) -> tuple[Path, dict[str, Any]]:
     if not rows:
         raise ValueError("no recorded row has a logprob for every completion token")
     # one update, one row per micro-batch; no on-policy bound: the served dtype's drift is logprob_check's to measure
-    cfg = RlConfig(device=ctx.device, learning_rate=ctx.cfg.lr, updates_per_batch=1, micro_batch_rows=1,
+    cfg = UpdateConfig(device=ctx.device, learning_rate=ctx.cfg.lr, updates_per_batch=1, micro_batch_rows=1,
                    on_policy_log_ratio_max=0.0, weight_decay=0.0)
     trainer = PolicyTrainer(ctx.model_dir, cfg)
     stats = trainer.update(rows)

@@ -21,8 +21,8 @@ from harness_adapters.registry import get_harness
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
 from repro.evaluation.paired import paired_summary
-from repro.experiments.mini_repro import paired_tests, per_instance
 from repro.experiments.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature, run_arm
+from repro.experiments.records import paired_tests, per_instance
 from repro.experiments.warm_start import prompt_platform
 from repro.rebuilt.fidelity import replay_recorded, summarize
 from repro.rebuilt.harness import LoopConfig, loop_spec

@@ -13,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from repro.accounting import Accountant
-from repro.evaluation import eval_metrics, write_metrics
+from repro.evaluation import write_metrics
 from repro.experiments.evaluate import eval_model
-from repro.experiments.mini_repro import paired_tests, per_instance
+from repro.experiments.records import BeforeAfter, before_after_metrics
 from repro.experiments.setup import Setup
 from repro.files import weights_sha256
 from repro.report.before_after import run_markdown
@@ -119,23 +119,11 @@ def rl_run_job(setup: Setup, data: RunData, eval: EvalConfig, validation: Valida
                                     grades=grades)
                 history = trainer.fit(train_list)
             after = _evaluate(test, "eval_after", test_list, f"rl-{run_dir.name}", run_dir, acct)
-    metrics = {
-        "kind": "before_after", "experiment": eval.experiment, "table": eval.experiment, "run_dir": str(run_dir),
-        "fingerprint": spec.fingerprint(), "eval_temperature": eval.temperature, "task_distribution": test_name,
-        "train_tasks": train_name,
-        "before": eval_metrics(before, spec, eval.experiment, base_name),
-        "after": eval_metrics(after, spec, eval.experiment, f"rl-{run_dir.name}"),
-        "paired": paired_tests(before, after),
-        "per_instance": {"before": per_instance(before), "after": per_instance(after)},
-        "weights_sha256": {"before": base_sha, "after": weights_sha256(policy)},
-        "warm_start": {"key": base_name, "cached": True, "weights_sha256": base_sha},
-        "rl": {"config": rl.schedule(), "history": history}, "probe": None,
-        "diagnostics": [h["diagnostics"] for h in history],
-        "validation": first + [h["validation"] for h in history if "validation" in h],
-        "trainer": asdict(rl.update), "samples": {"mode": rl.samples.mode, "weighting": rl.update.weighting},
-        "loop": "proxy", "seed": rl.seed, "compute": acct.to_dict(), "started_at": started,
-        "finished_at": time.time(), "wall_s": time.time() - started,
-    }
+    metrics = before_after_metrics(BeforeAfter(
+        eval, spec, run_dir, train_name, before, after, (base_name, f"rl-{run_dir.name}"),
+        (base_sha, weights_sha256(policy)), {"key": base_name, "cached": True, "weights_sha256": base_sha}, rl,
+        history, None, "proxy", acct.to_dict(), started,
+        {"validation": first + [h["validation"] for h in history if "validation" in h]}))
     write_metrics(run_dir, metrics)
     print(run_markdown([metrics]), flush=True)
     return metrics

@@ -103,6 +103,8 @@ class HarnessContainer:
 
     container_spec: ContainerSpec
     image: TaskImage
+    engine: Any = None  # with rollout_id: cleanup removes any container of the rollout its harness left behind
+    rollout_id: str = ""
     path: Path = Path("/testbed")
     patch: str | None = None
     problem: str = "the harness reported no patch (it ended before the container was read)"
@@ -120,7 +122,10 @@ class HarnessContainer:
         return self.patch
 
     def cleanup(self) -> None:
-        """Nothing: the harness removed its container; the sandbox's ``close`` removes any the run left."""
+        """The harness removes its container; one it left (killed after a timeout) is removed here, by the
+        rollout's label (the sandbox's ``close`` removes any the run left)."""
+        if self.engine is not None and self.rollout_id:
+            engine_api.remove_quietly(engine_api.labelled(self.engine, f"{engine_api.LABEL_ROLLOUT}={self.rollout_id}"))
 
 
 def diff_command(base_commit: str) -> str:
@@ -185,7 +190,7 @@ class DockerSandbox:
         spec = ContainerSpec(image.name, "/testbed", [*self.config.limits.run_args(), *engine_api.label_args(labels)],
                              diff_command(self._diff_base(image)), self.config.command_timeout_s,
                              self.setup_command(task), self.config.setup_timeout_s)
-        return HarnessContainer(spec, image)
+        return HarnessContainer(spec, image, self.engine, rollout_id)
 
     def open_container(self, task: Task, rollout_id: str) -> DockerWorkspace:
         """A container of the task's image started here (a fresh working tree: the image's, set up as for a

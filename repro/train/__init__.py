@@ -1,6 +1,2 @@
-"""Training: supervised warm start (trl's SFTTrainer) and the policy-gradient update on proxy-recorded rows."""
-
-from repro.train.config import SftConfig, UpdateConfig
-from repro.train.rl import clipped_policy_loss
-
-__all__ = ["SftConfig", "UpdateConfig", "clipped_policy_loss"]
+"""Training: the policy-gradient update on proxy-recorded rows (``rl.py``, its objective in ``objective.py``) and the
+supervised warm start (``sft.py``, trl's SFTTrainer). Import the submodules directly; this package imports no torch."""

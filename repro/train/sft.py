@@ -19,7 +19,8 @@ from trl import SFTTrainer
 from repro.console.progress import duration
 from repro.train.config import SftConfig
 from repro.train.device import base_model, distributed, lora_config, merged_state_dict, resolve_device
-from repro.train.rl import TrainingRow, copy_extras
+from repro.train.objective import TrainingRow
+from repro.train.rl import copy_extras
 from repro.train.sft_holdout import HoldoutCallback, split_holdout
 from repro.train.sft_schedule import GateCallback, GatedDecay, gated_decay, step_cap, with_gated_schedule
 

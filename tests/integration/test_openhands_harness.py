@@ -23,7 +23,6 @@ import psutil
 import pytest
 
 import repro.experiments.setup as experiment_setup
-from harness_adapters.envs import HarnessEnvError
 from harness_adapters.openhands import DEFAULT_TOOLS, OpenHandsConfig, OpenHandsHarness, ensure_openhands_env
 from repro.evaluation.records import read_patch
 from repro.experiments.evaluate import evaluate_job
@@ -40,6 +39,7 @@ from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
 from repro.tasks.sets import TaskFileConfig
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
+from repro.venvs import HarnessEnvError
 
 # OpenHands' first prompt is ~20.5k tokens of the tiny byte-level tokenizer: the model needs a longer context.
 MODEL = TinyModelConfig(vocab_size=1024, max_position_embeddings=65536)

@@ -125,3 +125,24 @@ def test_listing_labelled_containers_skips_one_removed_meanwhile() -> None:
     engine = type("Engine", (), {"containers": Containers()})()
     assert labelled(engine, "repro.run=r1") == ["c1"]
     assert seen == {"all": True, "ignore_removed": True, "filters": {"label": "repro.run=r1"}}
+
+
+def test_a_harness_containers_cleanup_removes_what_its_rollout_left(monkeypatch) -> None:
+    """A harness killed after a timeout cannot remove its container: the workspace's cleanup removes every container
+    labelled with the rollout (the adapter itself knows no docker)."""
+    from repro.sandbox import docker_engine
+    from repro.sandbox.docker import HarnessContainer
+
+    removed: list = []
+    monkeypatch.setattr(docker_engine, "remove_quietly", lambda containers: removed.extend(containers) or 1)
+
+    class Containers:
+        def list(self, **kwargs):
+            return [f"left-by:{kwargs['filters']['label']}"]
+
+    engine = type("Engine", (), {"containers": Containers()})()
+    spec = ContainerSpec("img", "/testbed", [], "true")
+    HarnessContainer(spec, None, engine, "r7").cleanup()
+    assert removed == ["left-by:repro.rollout=r7"]
+    HarnessContainer(spec, None).cleanup()  # no engine: nothing to ask
+    assert removed == ["left-by:repro.rollout=r7"]

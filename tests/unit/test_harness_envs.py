@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness_adapters import envs
-from harness_adapters.envs import HarnessEnvError, ensure_harness_env
+from repro import venvs as envs
+from repro.venvs import HarnessEnvError, ensure_harness_env
 
 
 def make_wheel(directory: Path, version: str = "0.1") -> Path:

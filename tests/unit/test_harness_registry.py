@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from harness_adapters.envs import HarnessEnv
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig
 from harness_adapters.registry import (
     HARNESSES,
@@ -20,6 +19,7 @@ from harness_adapters.registry import (
     harness_names,
     name_for_config,
 )
+from repro.venvs import HarnessEnv
 
 VERSIONS = {"mini-swe-agent": "2.4.6", "litellm": "1.110.2", "openai": "3.57.0"}
 

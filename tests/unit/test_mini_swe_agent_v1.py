@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 import harness_adapters.mini_swe_agent as mini
-from harness_adapters.envs import HarnessEnv, HarnessEnvError
 from harness_adapters.mini_swe_agent import (
     MiniSweAgentConfig,
     base_config,
@@ -27,6 +26,7 @@ from harness_adapters.mini_swe_agent_v1 import MiniSweAgentV1Harness, build_comm
 from harness_adapters.registry import get_harness, harness_class
 from repro.protocols import HarnessRollout
 from repro.tasks.schema import Task
+from repro.venvs import HarnessEnv, HarnessEnvError
 
 V1 = MiniSweAgentConfig(version="1.17.5", mode="text", step_limit=4, max_tokens=32, temperature=0.0)
 V1_YAML = """\

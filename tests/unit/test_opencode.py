@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 import harness_adapters.opencode_env as opencode_env
-from harness_adapters.envs import MARKER_NAME, HarnessEnvError
 from harness_adapters.opencode import (
     AUX_PROVIDER,
     DISABLED,
@@ -35,6 +34,7 @@ from harness_adapters.registry import get_harness
 from repro.configs import CONFIG_DIR
 from repro.protocols import HarnessRollout
 from repro.tasks.schema import Task
+from repro.venvs import MARKER_NAME, HarnessEnvError
 
 BASE = "http://127.0.0.1:9/rollouts/r1/v1"
 AUX = "http://127.0.0.1:9/rollouts/r1/purpose/auxiliary/v1"

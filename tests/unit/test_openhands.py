@@ -15,12 +15,12 @@ import pytest
 import yaml
 
 import harness_adapters.openhands as oh
-from harness_adapters.envs import HarnessEnv, HarnessEnvError
 from harness_adapters.openhands import OpenHandsConfig, OpenHandsHarness
 from harness_adapters.processes import DUMMY_API_KEY, ProcessOutcome
 from repro.configs import CONFIG_DIR
 from repro.protocols import HarnessRollout
 from repro.tasks.schema import Task
+from repro.venvs import HarnessEnv, HarnessEnvError
 
 PIP_MISSING = (
     "pip install failed (exit 1); full log: /x/pip-install.log\n--- last 30 lines ---\n"

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from repro.train.config import UpdateConfig
-from repro.train.rl import OffPolicyError, PolicyTrainer, check_rows, clipped_policy_loss, pad_rows, token_logprobs
+from repro.train.objective import OffPolicyError, check_rows, clipped_policy_loss, pad_rows, token_logprobs
+from repro.train.rl import PolicyTrainer
 from tests.support import FakeRow
 
 

@@ -11,7 +11,8 @@ import torch
 
 from repro.rl.steps import step_diagnostics
 from repro.train.config import UpdateConfig
-from repro.train.rl import OffPolicyError, PolicyTrainer, clipped_policy_loss, pad_rows, token_logprobs
+from repro.train.objective import OffPolicyError, clipped_policy_loss, pad_rows, token_logprobs
+from repro.train.rl import PolicyTrainer
 from tests.support import FakeRow
 
 SHIFT = 0.05  # nats added to every recorded sampling logprob

@@ -16,7 +16,8 @@ from repro.testing import FakeTrainingRow
 from repro.train.batching import micro_batches
 from repro.train.config import DeviceSettings, SftConfig, UpdateConfig, non_default_device_settings
 from repro.train.device import resolve_device
-from repro.train.rl import PolicyTrainer, clipped_policy_loss, pad_rows, token_logprobs_and_entropy
+from repro.train.objective import clipped_policy_loss, pad_rows, token_logprobs_and_entropy
+from repro.train.rl import PolicyTrainer
 from repro.train.sft import sft_train
 
 CFG = {"learning_rate": 1e-3, "updates_per_batch": 2, "micro_batch_rows": 4, "on_policy_log_ratio_max": 0.0}
