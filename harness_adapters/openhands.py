@@ -60,7 +60,7 @@ from harness_adapters.processes import (
 )
 from harness_adapters.versions import nearest
 from repro.protocols import HarnessResult, HarnessRollout
-from repro.proxy import purpose_base_url
+from repro.proxy.routes import purpose_base_url
 from repro.venvs import HarnessEnv, HarnessEnvError, ensure_harness_env
 
 __all__ = ["DEFAULT_VERSION", "NAME", "OpenHandsConfig", "OpenHandsHarness", "ensure_openhands_env", "find_python"]

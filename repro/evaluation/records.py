@@ -79,13 +79,13 @@ class InstanceReport:
     tests: dict[str, str] = field(default_factory=dict)
     fail_to_pass: list[str] = field(default_factory=list)
     pass_to_pass: list[str] = field(default_factory=list)
-    patch_bytes: int = 0
-    patch_added: int = 0
-    patch_removed: int = 0
-    harness_duration_s: float = 0.0
-    grade_duration_s: float = 0.0
-    started_at: float = 0.0
-    finished_at: float = 0.0
+    patch_bytes: int = 0  # the size of the agent's patch
+    patch_added: int = 0  # its added lines
+    patch_removed: int = 0  # its removed lines
+    harness_duration_s: float = 0.0  # the harness's run of this rollout
+    grade_duration_s: float = 0.0  # the grader's test run
+    started_at: float = 0.0  # epoch seconds: the sample was registered
+    finished_at: float = 0.0  # epoch seconds: its report was written
     trajectory_path: str | None = None
     grade_log_tail: str = ""
     host: str = ""  # the sandbox host that ran it (fanout=ray: hostname:pid of its actor; empty: this process)

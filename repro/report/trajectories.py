@@ -192,7 +192,7 @@ def rows_html(info: RolloutSamples, group: SampleSet, config: SampleConfig) -> s
     parts = [tag("p", esc(f"{info.status}, reward {reward}, {masked} · mode {config.mode}, weighting "
                           f"{config.weighting}, scale {config.scale_rewards} · advantage within group {info.group_id}: "
                           f"{len(group.rollouts)} rollouts, {valid} valid · {info.n_calls} calls -> "
-                          f"{info.n_rows} rows"))]
+                          f"{len(info.rows)} rows"))]
     if info.rows:
         parts.append(tag("div", "token mask:" + tag("span", "", class_="m0", style="background:#d1d5db")
                          + "context (mask 0)" + tag("span", "", style="background:#22c55e") + "sampled (mask 1)",

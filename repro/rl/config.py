@@ -31,18 +31,18 @@ class RLConfig:
     (:class:`~repro.train.config.UpdateConfig`); ``samples``: stored calls -> rows (its weighting is the update's);
     ``task_filter``: the probe step that picks which tasks RL trains on (off by default)."""
 
-    steps: int = 12
+    steps: int = 12  # policy updates (the cap when epochs > 0)
     mode: str = "sync"  # sync | one_step_off (next step's rollouts run during this step's update)
-    epochs: float = 0.0
-    checkpoint_every: int = 1
-    tasks_per_step: int = 16
-    samples_per_task: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 96
-    concurrency: int = 16
-    grading_threads: int = 2
-    seed: int = 0
+    epochs: float = 0.0  # > 0: passes over the tasks that decide the steps
+    checkpoint_every: int = 1  # steps between resumable copies of weights + optimizer state
+    tasks_per_step: int = 16  # GRPO groups a step
+    samples_per_task: int = 8  # rollouts a group
+    temperature: float = 1.0  # must be 1: the ratio needs the policy's own distribution
+    top_p: float = 1.0  # must be 1, likewise
+    max_tokens: int = 96  # forced on every call by the proxy
+    concurrency: int = 16  # rollouts in flight
+    grading_threads: int = 2  # rollouts graded at once as they end
+    seed: int = 0  # the training seed: task order, each rollout's sampling seed, the update's
     reward: RewardConfig = field(default_factory=RewardConfig)
     extra_sampling: dict[str, Any] = field(default_factory=dict)  # e.g. chat_template_kwargs (thinking off)
     reshuffle_each_epoch: bool = False  # a new seeded order of the tasks every pass (verl's sampler); False: one

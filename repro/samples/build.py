@@ -75,10 +75,6 @@ class RolloutSamples:
     rows: list[Row] = field(default_factory=list)
     skipped: list[SkippedCall] = field(default_factory=list)
 
-    @property
-    def n_rows(self) -> int:
-        return len(self.rows)
-
 
 @dataclass
 class SampleSet:
@@ -209,7 +205,7 @@ def rows_table(info: RolloutSamples, group: SampleSet) -> RenderableType:
     from rich.table import Table
 
     valid = sum(1 for r in group.rollouts.values() if r.masked is None)
-    table = Table(title=f"calls -> rows of rollout {info.rollout_id} ({info.n_calls} calls, {info.n_rows} rows)",
+    table = Table(title=f"calls -> rows of rollout {info.rollout_id} ({info.n_calls} calls, {len(info.rows)} rows)",
                   caption=f"advantage within group {info.group_id}: {len(group.rollouts)} rollouts, {valid} valid")
     for column in ("row", "call seqs", "tokens", "sampled (mask=1)", "masked out", "weight", "advantage",
                    "logprobs"):

@@ -34,12 +34,12 @@ class RewardConfig:
     """What a graded RL rollout earns (``rl.reward``); 0 turns a penalty off."""
 
     tests: str = "all"  # all: SWE-bench's resolved | same_file: FAIL_TO_PASS + PASS_TO_PASS in their test files
-    turn_penalty: float = 0.0
-    turn_penalty_from: int = 0
-    max_turns: int = 100
-    prompt_penalty: float = 0.0
-    prompt_penalty_from: int = 0
-    prompt_penalty_to: int = 0
+    turn_penalty: float = 0.0  # taken off a solved rollout's reward at max_turns, growing from turn_penalty_from
+    turn_penalty_from: int = 0  # the turn the penalty starts at
+    max_turns: int = 100  # the turn at which the whole turn_penalty applies
+    prompt_penalty: float = 0.0  # taken off a solved rollout's reward for its longest prompt, growing linearly
+    prompt_penalty_from: int = 0  # prompt tokens where it starts
+    prompt_penalty_to: int = 0  # prompt tokens where all of it applies
 
     def __post_init__(self) -> None:
         if self.tests not in TEST_SCOPES:

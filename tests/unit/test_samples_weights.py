@@ -51,7 +51,7 @@ def test_what_the_unit_changes_ten_fragments_against_one() -> None:
 
     def totals(weighting: str) -> dict[str, float]:
         samples = build_sample_set(pairs, SampleConfig(weighting=weighting))
-        assert samples.rollouts["broken"].n_rows == 10 and samples.rollouts["whole"].n_rows == 1
+        assert len(samples.rollouts["broken"].rows) == 10 and len(samples.rollouts["whole"].rows) == 1
         return {rid: sum(r.weight for r in samples.rows if r.rollout_id == rid) for rid in ("broken", "whole")}
 
     assert totals("fragment") == {"broken": 10.0, "whole": 1.0}
