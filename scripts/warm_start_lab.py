@@ -20,24 +20,17 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from hydra.utils import instantiate
 
-from harness_adapters.registry import get_harness
-from repro.experiments.evaluate import run_frozen_eval
-from repro.experiments.miniature import split_train
-from repro.experiments.warm_start import demonstration_rows, record_demonstrations
-from repro.rl.evaluator import build_spec
+from repro.experiments.miniature import MiniatureConfig, split_train
+from repro.experiments.warm_start import WarmStartRun, demonstration_rows, record_demonstrations
+from repro.rl.evaluator import Evaluator, build_spec
 from repro.runner import compose_config
-from repro.sandbox.select import make_sandbox
-from repro.serving.stack import running_stack
 from repro.tasks.sets import load_task_set
 from repro.tinymodel.recipe import build_recipe_model
 from repro.train.sft import sft_train
 from repro.train.sft_holdout import action_spans
-
-PARTS = ("model", "serving", "proxy", "harness", "train_tasks", "tasks", "sandbox", "eval", "warm_start")
 
 
 @dataclasses.dataclass
@@ -46,25 +39,22 @@ class Row:
     loss_mask: list[int]
 
 
-def parts(overrides: list[str]) -> tuple[dict[str, Any], str]:
-    """The default job's config groups, instantiated (``overrides`` as for ``repro run``)."""
-    job = compose_config(overrides).job
-    return {k: instantiate(job[k], _convert_="all") for k in PARTS}, job.harness_name
+def parts(overrides: list[str]) -> MiniatureConfig:
+    """The default job's (the miniature's) setup, task sets, evaluation and warm start, instantiated (``overrides``
+    as for ``repro run``)."""
+    return instantiate(compose_config(overrides).job.miniature, _convert_="all")
 
 
 def demos(out: Path, overrides: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    p, harness = parts(overrides)
-    _, train = load_task_set(p["train_tasks"])
-    demo_tasks, _ = split_train(train, p["warm_start"].n_demo_tasks, p["tasks"].difficulty)
-    box, started = make_sandbox(p["sandbox"]), time.time()
-    try:
-        with get_harness(harness, p["harness"], workers=2) as agent:
-            base = build_recipe_model(p["model"], agent, train, platform_line=True)
-            ids = record_demonstrations(out, base, demo_tasks, p["warm_start"], p["serving"], p["proxy"], agent, box)
-            rows = demonstration_rows(out / "traces.sqlite", ids, p["warm_start"].sample_mode)
-    finally:
-        box.close()
+    p = parts(overrides)
+    _, train = load_task_set(p.train_tasks)
+    demo_tasks, _ = split_train(train, p.warm_start.n_demo_tasks, p.tasks.difficulty)
+    started = time.time()
+    with p.setup.harness_and_sandbox(workers=2) as (agent, box):
+        base = build_recipe_model(p.setup.model, agent, train, platform_line=True)
+        ids = record_demonstrations(WarmStartRun(p.setup, agent, box, out), base, demo_tasks, p.warm_start)
+        rows = demonstration_rows(out / "traces.sqlite", ids, p.warm_start.sample_mode)
     (out / "rows.pkl").write_bytes(pickle.dumps([(list(r.input_ids), list(r.loss_mask)) for r in rows]))
     lengths = sorted(len(r.input_ids) for r in rows)
     print(json.dumps({"rows": len(rows), "seconds": time.time() - started, "tokens_mean": sum(lengths) / len(rows),
@@ -78,32 +68,28 @@ def keep_one_call_share(rows: list[Row], share: float, seed: int = 0) -> list[Ro
 
 
 def sft(out: Path, demo_dir: Path, sft_json: str, model_json: str, overrides: list[str]) -> None:
-    p, harness = parts(overrides)
-    _, train = load_task_set(p["train_tasks"])
-    with get_harness(harness, p["harness"], workers=1) as agent:
-        base = build_recipe_model(dataclasses.replace(p["model"], **json.loads(model_json)), agent, train,
+    p = parts(overrides)
+    _, train = load_task_set(p.train_tasks)
+    with p.setup.harness_and_sandbox(workers=1) as (agent, _):
+        base = build_recipe_model(dataclasses.replace(p.setup.model, **json.loads(model_json)), agent, train,
                                   platform_line=True)
     rows = [Row(a, b) for a, b in pickle.loads((demo_dir / "rows.pkl").read_bytes())]
     changes = json.loads(sft_json)
     rows = rows[: changes.pop("n_rows", None) or len(rows)]
     rows = keep_one_call_share(rows, changes.pop("one_call_share", 1.0))
-    print("RESULT", json.dumps(sft_train(base, rows, out, dataclasses.replace(p["warm_start"].sft, **changes))))
+    print("RESULT", json.dumps(sft_train(base, rows, out, dataclasses.replace(p.warm_start.sft, **changes))))
 
 
 def evaluate(model_dir: Path, out: Path, n_tasks: int, k: int, overrides: list[str]) -> None:
-    p, harness = parts([*overrides, f"tasks.n_tasks={n_tasks}", f"eval.k={k}", "tasks.split=validation"])
-    name, tasks = load_task_set(p["tasks"])
-    box, started = make_sandbox(p["sandbox"]), time.time()
+    p = parts([*overrides, f"tasks.n_tasks={n_tasks}", f"eval.k={k}", "tasks.split=validation"])
+    name, tasks = load_task_set(p.tasks)
+    started = time.time()
     out.mkdir(parents=True, exist_ok=True)
-    try:
-        with get_harness(harness, p["harness"], workers=2) as agent:
-            spec = build_spec(agent, name, tasks, p["sandbox"], p["eval"], p["tasks"].seed,
-                              p["serving"].served_model_name)
-            with running_stack(model_dir, p["serving"], p["proxy"], out) as stack:
-                reports, _ = run_frozen_eval(out / "eval", out / "traces.sqlite", spec, p["eval"], tasks, stack,
-                                             agent, box, "lab")
-    finally:
-        box.close()
+    with p.setup.harness_and_sandbox(workers=2) as (agent, box):
+        spec = build_spec(agent, name, tasks, p.setup.sandbox, p.eval, p.tasks.seed, p.setup.served_model_name)
+        with p.setup.server(model_dir, out) as stack:
+            evaluator = Evaluator(stack, agent, box, spec, p.eval, out / "traces.sqlite")
+            reports = evaluator.evaluate(tasks, out / "eval", "lab")
     resolved = sum(r.outcome == "resolved" for r in reports)
     print("EVAL", json.dumps({"model": str(model_dir), "resolved": resolved, "n": len(reports),
                               "pass1": resolved / len(reports), "seconds": time.time() - started}))

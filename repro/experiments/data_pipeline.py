@@ -22,18 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness_adapters.registry import get_harness
 from repro.experiments.evaluate import eval_model
-from repro.proxy import ProxyConfig
+from repro.experiments.setup import Setup
 from repro.rl.evaluator import EvalConfig
 from repro.rl.probe import run_probes
-from repro.sandbox.select import make_sandbox
-from repro.serving.stack import EndpointServingConfig, running_stack
+from repro.serving.stack import EndpointServingConfig
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.loaders import write_tasks
 from repro.tasks.schema import Task
 from repro.tasks.sets import TaskFileConfig, load_task_set
-from repro.tinymodel.model import TinyModelConfig
 from repro.train.task_filter import TaskFilterConfig, pass_at_k_curve, select_tasks
 
 
@@ -83,27 +80,22 @@ def split_kept(kept: list[Task], val_tasks: int, seed: int) -> tuple[list[Task],
     return [t for t in kept if t.instance_id not in val_ids], [t for t in kept if t.instance_id in val_ids]
 
 
-def data_pipeline_job(model: TinyModelConfig, serving: Any, proxy: ProxyConfig, harness: Any,
-                      harness_name: str | None, tasks: TaskDistributionConfig | TaskFileConfig, sandbox: Any,
-                      eval: EvalConfig, pipeline: DataPipelineConfig, run_dir: Path) -> dict[str, Any]:
+def data_pipeline_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileConfig, eval: EvalConfig,
+                      pipeline: DataPipelineConfig, run_dir: Path) -> dict[str, Any]:
     """Run the five stages; returns (and writes) the counts."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # swebench's import turns on INFO logging globally
     run_dir = Path(run_dir)
     name, rows = load_task_set(tasks)
-    box = make_sandbox(sandbox)
-    try:
+    with setup.harness_and_sandbox() as (agent, box):
         candidates, stages = static_filters(rows, pipeline.max_tests, lambda t: missing_start(box, t))
         for stage, count in stages:
             print(f"data pipeline: {count:>7} {stage}", flush=True)
-        with get_harness(harness_name, harness, workers=1) as agent:
-            model_dir, _ = (Path(), serving.served_model_name) if isinstance(serving, EndpointServingConfig) \
-                else eval_model(model, eval, rows)
-            sampling = {"temperature": eval.temperature, "top_p": eval.top_p, "max_tokens": eval.max_tokens}
-            with running_stack(model_dir, serving, proxy, run_dir) as stack:
-                probes = run_probes(run_dir / "probe", run_dir / "traces.sqlite", candidates, pipeline.probe,
-                                    sampling, stack, agent, box)
-    finally:
-        box.close()
+        endpoint = isinstance(setup.serving, EndpointServingConfig)
+        model_dir = Path() if endpoint else eval_model(setup.model, eval, rows)[0]
+        sampling = {"temperature": eval.temperature, "top_p": eval.top_p, "max_tokens": eval.max_tokens}
+        with setup.server(model_dir, run_dir) as stack:
+            probes = run_probes(run_dir / "probe", run_dir / "traces.sqlite", candidates, pipeline.probe,
+                                sampling, stack, agent, box)
     outcomes = {i: o for i, o in probes["outcomes"].items() if len(o) >= 2}
     result = select_tasks(outcomes, pipeline.probe.all_fail_share, pipeline.seed)
     by_id = {t.instance_id: t for t in candidates}

@@ -10,29 +10,37 @@ interval. Task images are built first if missing (cached by content hash; the bu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness_adapters.registry import get_harness
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.paired import paired_summary
 from repro.experiments.evaluate import eval_model
-from repro.proxy import ProxyConfig
+from repro.experiments.setup import Setup
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
-from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
+from repro.sandbox.local import LocalSandbox
 from repro.sandbox.select import make_sandbox
-from repro.serving.stack import CpuServingConfig, running_stack
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.schema import Task
 from repro.tasks.sets import TaskFileConfig, load_task_set
-from repro.tinymodel.model import TinyModelConfig
 
 ARMS = ("local", "docker")
+
+
+@dataclass
+class OverheadConfig:
+    """The side-by-side measurement of a container's own cost: on the first ``tasks`` held-out tasks, one workspace
+    each, ``commands`` runs of ``true`` in it."""
+
+    tasks: int = 20
+    commands: int = 5
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
@@ -74,37 +82,38 @@ def _per_task(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics["per_task"].items() if v is not None}
 
 
-def eval_docker_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: Any,
-                    tasks: TaskDistributionConfig | TaskFileConfig, local: LocalSandboxConfig,
-                    docker: DockerSandboxConfig, eval: EvalConfig, harness_name: str | None, run_dir: Path,
-                    overhead_tasks: int = 20, overhead_commands: int = 5) -> dict[str, Any]:
-    """Evaluate one checkpoint under both sandboxes in one run; metrics.json holds both arms and the costs."""
+def eval_docker_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileConfig, docker: DockerSandboxConfig,
+                    eval: EvalConfig, run_dir: Path, overhead: OverheadConfig | None = None) -> dict[str, Any]:
+    """Evaluate one checkpoint under both sandboxes in one run (the local arm in ``setup.sandbox``, the docker arm in
+    ``docker``); metrics.json holds both arms and the costs."""
     from repro.sandbox.docker_engine import client
     from repro.sandbox.images import build_task_images
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # swebench's import turns on INFO logging globally
-    run_dir, started = Path(run_dir), time.time()
+    run_dir, started, overhead = Path(run_dir), time.time(), overhead or OverheadConfig()
+    local = setup.sandbox
     name, task_list = load_task_set(tasks)
     build = build_task_images(client(), task_list, LocalSandbox(local).resolver)
     arms: dict[str, Any] = {}
-    with get_harness(harness_name, harness, workers=1) as agent:
-        model_dir, model_name = eval_model(model, eval, task_list)
-        with running_stack(model_dir, serving, proxy, run_dir) as stack:
+    with setup.harness_and_sandbox() as (agent, local_box):
+        model_dir, model_name = eval_model(setup.model, eval, task_list)
+        with setup.server(model_dir, run_dir) as stack:
             for arm, config in (("local", local), ("docker", docker)):
                 spec = build_spec(agent, name, task_list, config, eval,
-                                  getattr(tasks, "seed", None), serving.served_model_name)
-                box, phase_started = make_sandbox(config), time.time()
-                try:
+                                  getattr(tasks, "seed", None), setup.served_model_name)
+                # the local arm runs in the setup's sandbox, the docker arm in its own, closed after it
+                sandbox = contextlib.nullcontext(local_box) if arm == "local" else contextlib.closing(
+                    make_sandbox(config))
+                phase_started = time.time()
+                with sandbox as box:
                     evaluator = Evaluator(stack, agent, box, spec, eval, run_dir / "traces.sqlite")
                     reports = evaluator.evaluate(task_list, run_dir / arm, model_name)
-                finally:
-                    box.close()
                 arms[arm] = eval_metrics(reports, spec, eval.experiment, model_name, started_at=phase_started,
                                          durations_s={"evaluation": time.time() - phase_started})
                 arms[arm]["rollout_times"] = _rollout_times(reports)
     local_box, docker_box = LocalSandbox(local), DockerSandbox(docker)
     try:
-        costs = container_costs(docker_box, local_box, task_list[:overhead_tasks], overhead_commands)
+        costs = container_costs(docker_box, local_box, task_list[:overhead.tasks], overhead.commands)
     finally:
         docker_box.close()
         local_box.close()

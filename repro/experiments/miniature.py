@@ -22,7 +22,7 @@ from repro.console.eta import record as record_rate
 from repro.evaluation import InstanceReport
 from repro.evaluation.spec import EvalSpec
 from repro.experiments.setup import Setup
-from repro.experiments.warm_start import WarmStartConfig, warm_start
+from repro.experiments.warm_start import WarmStartConfig, WarmStartRun, warm_start
 from repro.files import weights_sha256
 from repro.rebuilt.harness import LoopConfig, rl_harness
 from repro.rl.checkpoints import stage_policy
@@ -151,8 +151,7 @@ def _warm_start(run_dir: Path, base_model: Path, demo_tasks: list[Task], cfg: Mi
     ws = cfg.warm_start
     print(f"phase warm_start: {len(demo_tasks)} expert demonstrations through the harness, then SFT "
           f"({ws.sft.epochs:g} epochs); reused when the cache holds one with the same inputs", flush=True)
-    warm_dir, warm = warm_start(run_dir, base_model, demo_tasks, ws, cfg.setup.serving, cfg.setup.proxy, agent, box,
-                                acct, cfg.setup.tracking)
+    warm_dir, warm = warm_start(WarmStartRun(cfg.setup, agent, box, run_dir), base_model, demo_tasks, ws, acct)
     note = "reused from the cache" if warm["cached"] else f"built from {warm['demo_rollouts']} demonstrations"
     print(f"warm start {warm['key']}: {note}, weights sha256 {warm['weights_sha256'][:12]}", flush=True)
     return warm_dir, warm

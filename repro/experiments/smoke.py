@@ -7,6 +7,7 @@ made is in the trace store with token ids; the job prints the rollout and writes
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,12 +15,10 @@ from pathlib import Path
 import httpx
 import yaml
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig, ensure_mini_swe_agent_env, run_mini_swe_agent
-from repro.proxy import ProxyConfig
+from harness_adapters.mini_swe_agent import ensure_mini_swe_agent_env, run_mini_swe_agent
+from repro.experiments.setup import Setup
 from repro.report.inspect import calls_table, console, rollouts_table
-from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
-from repro.tinymodel.model import TinyModelConfig
 from repro.tinymodel.recipe import tiny_model
 
 
@@ -42,19 +41,21 @@ def _corpus(task: DemoTask, harness_env_root: Path) -> list[str]:
     return texts
 
 
-def smoke_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: MiniSweAgentConfig,
-              task: DemoTask, run_dir: Path) -> dict:
-    run_dir = Path(run_dir)
+def smoke_job(setup: Setup, task: DemoTask, run_dir: Path) -> dict:
+    """``task`` in the real mini-SWE-agent (``setup.harness``, run here: no sandbox) against the tiny model
+    (``setup.model``) on ``setup.serving`` behind ``setup.proxy``; prints the recorded rollout."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # swebench's import turns on INFO logging globally
+    run_dir, harness = Path(run_dir), setup.harness
     started = time.time()
     env = ensure_mini_swe_agent_env(harness.version)
-    model_dir, cached = tiny_model(model, _corpus(task, env.root))
+    model_dir, cached = tiny_model(setup.model, _corpus(task, env.root))
     store = open_store(run_dir / "traces.sqlite")
     store.create_run(run_dir.name, yaml.safe_load((run_dir / "config.yaml").read_text()))
     store.close()
     workdir = run_dir / "workdir"
     workdir.mkdir()
     (workdir / task.filename).write_text(task.source)
-    with running_stack(model_dir, serving, proxy, run_dir) as stack:
+    with setup.server(model_dir, run_dir) as stack:
         rollout_id = "smoke-0"
         httpx.post(f"{stack.proxy_url}/rollouts", json={
             "rollout_id": rollout_id, "run_id": run_dir.name, "task_id": task.task_id, "harness": "mini-swe-agent",

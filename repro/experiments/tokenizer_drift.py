@@ -24,18 +24,13 @@ from typing import Any
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.tokenizer_drift import Share, prefix_drift, prompt_lengths, retokenization, total_share
 from repro.experiments.evaluate import eval_model
-from repro.experiments.warm_start import WarmStartConfig, warm_start
-from repro.fanout import FanoutConfig, harness_for
-from repro.proxy import ProxyConfig
+from repro.experiments.setup import Setup
+from repro.experiments.warm_start import WarmStartConfig, WarmStartRun, warm_start
 from repro.report.tokenizer_drift import drift_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
-from repro.sandbox.local import LocalSandboxConfig
-from repro.sandbox.select import make_sandbox
-from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.sets import TaskFileConfig, load_task_set
-from repro.tinymodel.model import TinyModelConfig
 
 KIND = "tokenizer_drift"
 
@@ -49,39 +44,33 @@ class DriftConfig:
     max_replays: int = 64
 
 
-def tokenizer_drift_job(model: TinyModelConfig, serving: CpuServingConfig, proxy: ProxyConfig, harness: Any,
-                        tasks: TaskDistributionConfig | TaskFileConfig, sandbox: LocalSandboxConfig, eval: EvalConfig,
-                        drift: DriftConfig, run_dir: Path, harness_name: str | None = None,
-                        fanout: FanoutConfig | None = None,
-                        warm_start: WarmStartConfig | None = None) -> dict[str, Any]:
+def tokenizer_drift_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileConfig, eval: EvalConfig,
+                        drift: DriftConfig, run_dir: Path, warm_start: WarmStartConfig | None = None) -> dict[str, Any]:
     """Record the rollouts (after the warm start, when ``warm_start.n_demo_tasks > 0``), then measure the drift;
     returns (and writes) the metrics."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
     run_dir, started = Path(run_dir), time.time()
     name, task_list = load_task_set(tasks)
     store_path = run_dir / "traces.sqlite"
-    with harness_for(harness_name, harness, sandbox, fanout) as agent:
-        spec = build_spec(agent, name, task_list, sandbox, eval, getattr(tasks, "seed", None),
-                          serving.served_model_name)
-        model_dir, model_name = eval_model(model, eval, task_list)
-        box = make_sandbox(sandbox)
+    with setup.harness_and_sandbox() as (agent, box):
+        spec = build_spec(agent, name, task_list, setup.sandbox, eval, getattr(tasks, "seed", None),
+                          setup.served_model_name)
+        model_dir, model_name = eval_model(setup.model, eval, task_list)
         warm = None
-        try:
-            if warm_start is not None and warm_start.n_demo_tasks > 0:
-                model_dir, warm = warm_started(run_dir, model_dir, tasks, warm_start, serving, proxy, agent, box)
-                model_name = model_dir.name
-            with running_stack(model_dir, serving, proxy, run_dir) as stack:
-                reports = Evaluator(stack, agent, box, spec, eval, store_path).evaluate(task_list, run_dir, model_name)
-            print("measuring drift from the stored calls", flush=True)
-            replay = {t.instance_id: t for t in task_list} if drift.replay and _replayable(agent.cfg) else None
-            measured = measure_store(store_path, model_dir, serving.max_model_len or model.max_position_embeddings,
-                                     replay, agent.cfg, box, drift.max_replays)
-        finally:
-            box.close()
+        if warm_start is not None and warm_start.n_demo_tasks > 0:
+            model_dir, warm = warm_started(WarmStartRun(setup, agent, box, run_dir), model_dir, tasks, warm_start)
+            model_name = model_dir.name
+        with setup.server(model_dir, run_dir) as stack:
+            reports = Evaluator(stack, agent, box, spec, eval, store_path).evaluate(task_list, run_dir, model_name)
+        print("measuring drift from the stored calls", flush=True)
+        replay = {t.instance_id: t for t in task_list} if drift.replay and _replayable(agent.cfg) else None
+        measured = measure_store(store_path, model_dir,
+                                 setup.serving.max_model_len or setup.model.max_position_embeddings, replay,
+                                 agent.cfg, box, drift.max_replays)
     metrics = {
         "kind": KIND, "experiment": eval.experiment, "table": eval.experiment, "run_dir": str(run_dir),
         "harness": f"{spec.harness.name}@{spec.harness.version}", "model": model_name,
-        "tokenizer": model.tokenizer, "warm_start": warm, "temperature": eval.temperature,
+        "tokenizer": setup.model.tokenizer, "warm_start": warm, "temperature": eval.temperature,
         "max_tokens": eval.max_tokens,
         "step_limit": spec.limits.step_limit, "task_distribution": name, "fingerprint": spec.fingerprint(),
         "eval": eval_metrics(reports, spec, eval.experiment, model_name), **measured,
@@ -92,11 +81,10 @@ def tokenizer_drift_job(model: TinyModelConfig, serving: CpuServingConfig, proxy
     return metrics
 
 
-def warm_started(run_dir: Path, base_model: Path, tasks: TaskDistributionConfig | TaskFileConfig,
-                 cfg: WarmStartConfig, serving: CpuServingConfig, proxy: ProxyConfig, agent: Any,
-                 box: Any) -> tuple[Path, dict[str, Any]]:
-    """The base model fine-tuned on the expert's demonstrations through ``agent`` on ``cfg.n_demo_tasks`` tasks of
-    the train split of the evaluated distribution (cached like every warm start)."""
+def warm_started(run: WarmStartRun, base_model: Path, tasks: TaskDistributionConfig | TaskFileConfig,
+                 cfg: WarmStartConfig) -> tuple[Path, dict[str, Any]]:
+    """The base model fine-tuned on the expert's demonstrations through ``run.agent`` on ``cfg.n_demo_tasks`` tasks
+    of the train split of the evaluated distribution (cached like every warm start)."""
     from repro.accounting import Accountant
 
     if not isinstance(tasks, TaskDistributionConfig):
@@ -105,7 +93,7 @@ def warm_started(run_dir: Path, base_model: Path, tasks: TaskDistributionConfig 
     _, demo_tasks = load_task_set(replace(tasks, split="train", n_tasks=cfg.n_demo_tasks))
     accountant = Accountant(nvml=None)
     try:
-        warm_dir, warm = warm_start(run_dir, base_model, demo_tasks, cfg, serving, proxy, agent, box, accountant)
+        warm_dir, warm = warm_start(run, base_model, demo_tasks, cfg, accountant)
     finally:
         accountant.close()
     note = "reused from the cache" if warm["cached"] else f"built from {warm['demo_rollouts']} demonstrations"

@@ -23,16 +23,14 @@ from typing import Any
 
 from repro.console.eta import expected
 from repro.console.eta import record as record_rate
+from repro.experiments.setup import Setup
 from repro.files import atomic_write_bytes, atomic_write_text, cache_dir, locked, weights_sha256
-from repro.proxy import ProxyConfig
 from repro.rl.rollouts import RolloutOptions, RolloutRunner
 from repro.samples import SampleConfig, build_rows
-from repro.sandbox.local import LocalSandbox
-from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tasks.loaders import write_tasks
 from repro.tasks.schema import Task
-from repro.tracking import TrackingConfig, trainer_reporting
+from repro.tracking import trainer_reporting
 from repro.train.config import SftConfig, non_default_device_settings
 from repro.train.sft import gate_note, planned_steps, sft_steps, sft_train
 
@@ -56,6 +54,18 @@ class WarmStartConfig:
     max_tokens: int = 0  # > 0: forced on every demonstration call (a harness asking for more than the context has)
     sft: SftConfig = field(default_factory=SftConfig)
     use_cache: bool = True
+
+
+@dataclass
+class WarmStartRun:
+    """Where a warm start runs: the ``setup`` (its server and proxy serve the expert, its ``tracking`` gets SFT's
+    loss), the live harness and sandbox of ``setup.harness_and_sandbox()`` (``agent``, ``box``) and the run
+    directory that records the demonstrations (``run_dir``)."""
+
+    setup: Setup
+    agent: Any
+    box: Any  # LocalSandbox | DockerSandbox
+    run_dir: Path
 
 
 def prompt_platform(harness_cfg: Any = None) -> str:
@@ -133,8 +143,7 @@ def load_demo_rows(path: Path) -> tuple[list[DemoRow], int]:
     return [DemoRow(ids, mask) for ids, mask in payload["rows"]], int(payload["rollouts"])
 
 
-def demonstrations(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStartConfig,
-                   serving: CpuServingConfig, proxy: ProxyConfig, agent: Any, box: LocalSandbox,
+def demonstrations(run: WarmStartRun, base_model: Path, tasks: list[Task], cfg: WarmStartConfig,
                    key: str) -> tuple[list[Any], int, bool]:
     """The demonstrations' SFT rows, their number of rollouts and whether they came from the cache (recorded
     through the real harness when not)."""
@@ -142,8 +151,8 @@ def demonstrations(run_dir: Path, base_model: Path, tasks: list[Task], cfg: Warm
     if cfg.use_cache and path.exists():
         rows, rollouts = load_demo_rows(path)
         return rows, rollouts, True
-    rollout_ids = record_demonstrations(run_dir, base_model, tasks, cfg, serving, proxy, agent, box)
-    rows = demonstration_rows(run_dir / "traces.sqlite", rollout_ids, cfg.sample_mode)
+    rollout_ids = record_demonstrations(run, base_model, tasks, cfg)
+    rows = demonstration_rows(run.run_dir / "traces.sqlite", rollout_ids, cfg.sample_mode)
     save_demo_rows(path, rows, len(rollout_ids))
     return rows, len(rollout_ids), False
 
@@ -166,20 +175,18 @@ def warm_start_key(base_model: Path, tasks: list[Task], harness_identity: dict[s
     return digest.hexdigest()[:16]
 
 
-def record_demonstrations(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStartConfig,
-                          serving: CpuServingConfig, proxy: ProxyConfig, agent: Any, box: LocalSandbox) -> list[str]:
+def record_demonstrations(run: WarmStartRun, base_model: Path, tasks: list[Task], cfg: WarmStartConfig) -> list[str]:
     """The expert's rollouts through the real harness (mode ``demo``, not graded); their rollout ids."""
-    demo_dir = run_dir / "demos"
+    run_dir, demo_dir = run.run_dir, run.run_dir / "demos"
     expert_tasks = write_tasks(tasks, demo_dir / "expert_tasks.jsonl")
-    identity = agent.identity()
+    identity = run.agent.identity()
     opts = RolloutOptions(mode="demo", k=1, concurrency=cfg.concurrency, grade=False, write_preds=False,
                           sampling={"max_tokens": cfg.max_tokens} if cfg.max_tokens else {},
                           harness_name=identity.get("name", ""), harness_version=identity.get("version", ""))
     slip = {"expert_slip_rate": cfg.expert_slip_rate, "expert_slip_seed": cfg.expert_slip_seed,
             "expert_slip_operators": tuple(cfg.expert_slip_operators)}
-    with running_stack(base_model, serving, proxy, run_dir, expert_tasks=expert_tasks,
-                       server_overrides=slip) as stack:
-        runner = RolloutRunner(demo_dir, run_dir / "traces.sqlite", opts, tasks, stack, agent, box, "expert")
+    with run.setup.server(base_model, run_dir, expert_tasks=expert_tasks, server_overrides=slip) as stack:
+        runner = RolloutRunner(demo_dir, run_dir / "traces.sqlite", opts, tasks, stack, run.agent, run.box, "expert")
         try:
             runner.run("expert demonstrations")
         finally:
@@ -204,11 +211,11 @@ def demonstration_rows(store_path: Path, rollout_ids: list[str], sample_mode: st
     return [row for info in ordered for row in info.rows]
 
 
-def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStartConfig, serving: CpuServingConfig,
-               proxy: ProxyConfig, agent: Any, box: LocalSandbox, accountant: Any,
-               tracking: TrackingConfig | None = None) -> tuple[Path, dict[str, Any]]:
-    """The warm-start checkpoint (built, or reused from the cache) and what it took; SFT's training loss goes to
-    ``tracking``'s tracker (trl's ``report_to``) as the run ``sft-<run dir name>``."""
+def warm_start(run: WarmStartRun, base_model: Path, tasks: list[Task], cfg: WarmStartConfig,
+               accountant: Any) -> tuple[Path, dict[str, Any]]:
+    """The warm-start checkpoint (built, or reused from the cache) and what it took (phases in ``accountant``); SFT's
+    training loss goes to ``run.setup.tracking``'s tracker (trl's ``report_to``) as the run ``sft-<run dir name>``."""
+    run_dir, agent = run.run_dir, run.agent
     identity, platform_text = agent.identity(), prompt_platform(getattr(agent, "cfg", None))
     key = warm_start_key(base_model, tasks, identity, cfg, platform_text)
     out = cache_dir() / "warm_start" / f"warm-{key}"
@@ -220,8 +227,7 @@ def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStar
           f"{rows_key} ({expected('demo', len(tasks))}, or none when cached)", flush=True)
     started = time.monotonic()
     with accountant.phase("warm_start_demos"):
-        rows, n_rollouts, demos_cached = demonstrations(run_dir, base_model, tasks, cfg, serving, proxy, agent, box,
-                                                        rows_key)
+        rows, n_rollouts, demos_cached = demonstrations(run, base_model, tasks, cfg, rows_key)
     if demos_cached:
         print(f"  reused {n_rollouts} demonstrations ({len(rows)} rows) from the cache", flush=True)
     else:
@@ -235,7 +241,7 @@ def warm_start(run_dir: Path, base_model: Path, tasks: list[Task], cfg: WarmStar
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         name = f"sft-{Path(run_dir).name}"
-        with trainer_reporting(tracking, run_dir, name) as report_to:
+        with trainer_reporting(run.setup.tracking, run_dir, name) as report_to:
             sft = sft_train(base_model, rows, tmp, cfg.sft, report_to, name)
     record_rate("sft_step", sft["steps"], sft["seconds"])
     stats = {"key": key, "demos_key": rows_key, "demos_cached": demos_cached, "demo_tasks": len(tasks),

@@ -138,7 +138,7 @@ def test_cached_demonstrations_are_the_recorded_rows(tmp_path: Path, monkeypatch
     monkeypatch.setattr(ws, "cache_dir", lambda: tmp_path / "cache")
     monkeypatch.setattr(ws, "record_demonstrations", lambda *a: calls.append(1) or ["r1", "r2"])
     monkeypatch.setattr(ws, "demonstration_rows", lambda *a: recorded)
-    args = (tmp_path / "run", tmp_path, [], WarmStartConfig(), None, None, None, None, "k1")
+    args = (ws.WarmStartRun(None, None, None, tmp_path / "run"), tmp_path, [], WarmStartConfig(), "k1")
     assert ws.demonstrations(*args) == (recorded, 2, False)
     rows, n, cached = ws.demonstrations(*args)
     assert (rows, n, cached) == (recorded, 2, True) and calls == [1]
