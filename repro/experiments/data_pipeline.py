@@ -26,6 +26,7 @@ from repro.experiments.evaluate import eval_model
 from repro.experiments.setup import Setup
 from repro.rl.evaluator import EvalConfig
 from repro.rl.probe import run_probes
+from repro.sandbox.repos import RepoError
 from repro.serving.stack import EndpointServingConfig
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.loaders import write_tasks
@@ -46,8 +47,6 @@ class DataPipelineConfig:
 
 def missing_start(box: Any, task: Task) -> str | None:
     """Why the task's starting point cannot be had (None when it can): the sandbox resolves it as a rollout would."""
-    from repro.sandbox.repos import RepoError
-
     try:
         if getattr(box, "gives_containers", False):
             workspace = box.open_container(task, "pipeline-check")  # runs a SWE-smith row's branch checkout

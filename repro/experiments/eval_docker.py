@@ -23,6 +23,7 @@ from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.paired import paired_summary
 from repro.experiments.evaluate import eval_model
 from repro.experiments.setup import Setup
+from repro.report.eval_docker import run_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from repro.sandbox.local import LocalSandbox
@@ -124,7 +125,5 @@ def eval_docker_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileConfig
                "docker_limits": dataclasses.asdict(docker.limits), "started_at": started,
                "wall_s": time.time() - started, "run_dir": str(run_dir)}
     write_metrics(run_dir, metrics)
-    from repro.report.eval_docker import run_markdown
-
     print(f"# {metrics['table']}\n\n{run_markdown([metrics])}", flush=True)
     return metrics

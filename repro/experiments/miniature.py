@@ -35,6 +35,7 @@ from repro.tasks.schema import Task
 from repro.tasks.sets import load_task_set
 from repro.tinymodel.recipe import build_recipe_model
 from repro.tracking import tracked
+from repro.train.sft import gate_note, planned_steps, sft_steps
 
 
 @dataclass
@@ -96,8 +97,6 @@ class Miniature:
 def miniature_phases(cfg: MiniatureConfig, arm: ArmConfig) -> list[tuple[str, str, float]]:
     """The phases of one arm of the miniature, ``(name, rate kind, units)``, for :func:`repro.console.eta.plan_text`
     (SFT steps counted as one row per demonstration, which ``prefix_merge`` gives; a gated schedule at its cap)."""
-    from repro.train.sft import gate_note, planned_steps, sft_steps
-
     ws, rl, flt = cfg.warm_start, arm.rl, arm.rl.task_filter
     samples = cfg.tasks.n_tasks * cfg.eval.k
     steps = sft_steps(ws.sft, ws.n_demo_tasks)

@@ -21,13 +21,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from repro.accounting import Accountant
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.tokenizer_drift import Share, prefix_drift, prompt_lengths, retokenization, total_share
 from repro.experiments.evaluate import eval_model
 from repro.experiments.setup import Setup
 from repro.experiments.warm_start import WarmStartConfig, WarmStartRun, warm_start
+from repro.rebuilt.fidelity import replay_recorded, summarize
+from repro.rebuilt.harness import loop_spec
 from repro.report.tokenizer_drift import drift_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
+from repro.serving.engine import end_token_ids
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.sets import TaskFileConfig, load_task_set
@@ -85,8 +89,6 @@ def warm_started(run: WarmStartRun, base_model: Path, tasks: TaskDistributionCon
                  cfg: WarmStartConfig) -> tuple[Path, dict[str, Any]]:
     """The base model fine-tuned on the expert's demonstrations through ``run.agent`` on ``cfg.n_demo_tasks`` tasks
     of the train split of the evaluated distribution (cached like every warm start)."""
-    from repro.accounting import Accountant
-
     if not isinstance(tasks, TaskDistributionConfig):
         raise SystemExit("tokenizer_drift: a warm start draws its demonstration tasks from the train split of a "
                          "bundled distribution (tasks=bundled); set warm_start.n_demo_tasks=0 for a task file")
@@ -139,8 +141,6 @@ def _eos_ids(tokenizer: Any, model_dir: Path) -> list[int]:
     from the checkpoint's generation config (derived from its config when it has none, as transformers does)."""
     from transformers import AutoConfig, GenerationConfig
 
-    from repro.serving.engine import end_token_ids
-
     try:
         generation = GenerationConfig.from_pretrained(model_dir)
     except OSError:
@@ -158,9 +158,6 @@ def replay_fidelity(store: Any, rollouts: list[Any], tasks: dict[str, Any], cfg:
                     tokenizer: Any, box: Any, max_replays: int) -> dict[str, Any]:
     """The finished ones of ``rollouts`` (most calls first, at most ``max_replays``) replayed through the rebuilt loop
     (:func:`repro.rebuilt.fidelity.replay_recorded`)."""
-    from repro.rebuilt.fidelity import replay_recorded, summarize
-    from repro.rebuilt.harness import loop_spec
-
     spec = loop_spec(cfg, model_dir.parent / ".rebuilt-home")
     finished = [r for r in rollouts if r.status == "finished" and r.task_id in tasks]
     counts = {r.rollout_id: store.count_calls([r.rollout_id]) for r in finished}

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_adapters.mini_swe_agent import MiniSweAgentConfig, platform_line
 from repro.console.eta import expected
 from repro.console.eta import record as record_rate
 from repro.experiments.setup import Setup
@@ -72,8 +73,6 @@ def prompt_platform(harness_cfg: Any = None) -> str:
     """The ``platform.uname()`` line mini-SWE-agent writes into every first prompt: its config's pinned line
     (``harness.platform``, the same on every machine), else the host's (demonstrations recorded on a machine with
     another kernel are then other token ids), so the key (and each run's record) names it."""
-    from harness_adapters.mini_swe_agent import MiniSweAgentConfig, platform_line
-
     return platform_line(harness_cfg.platform if isinstance(harness_cfg, MiniSweAgentConfig) else {})
 
 

@@ -25,7 +25,9 @@ from typing import Any
 
 import yaml
 
+from repro.accounting import cpu_model
 from repro.evaluation.summary import METRICS_FILE
+from repro.files import atomic_write_text
 from repro.secrets import REDACTED, without_secrets
 
 RECORD_FILE = "record.json"
@@ -46,8 +48,6 @@ def cpu_flags(names: tuple[str, ...] = ISA_FLAGS) -> dict[str, bool | None]:
 
 def machine() -> dict[str, Any]:
     """The machine a run ran on: what its speed (and a CPU kernel's numerics) depends on."""
-    from repro.accounting import cpu_model
-
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -191,8 +191,6 @@ def write_if_changed(path: Path, text: str) -> bool:
     """Write ``text`` to ``path`` unless it already holds it (an unchanged record keeps its time)."""
     if path.exists() and path.read_text() == text:
         return False
-    from repro.files import atomic_write_text
-
     atomic_write_text(path, text)
     return True
 

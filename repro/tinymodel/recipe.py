@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from repro.files import cache_dir, locked
+from repro.tasks.blobs import buggy_files
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model, config_dict
 from repro.tinymodel.vocab import recipe_added_tokens
 
@@ -59,8 +60,6 @@ def resolve_model_config(config: TinyModelConfig, harness: Any, platform_line: b
 def recipe_corpus(tasks: list[Any]) -> list[str]:
     """The recipe's BPE corpus: the chat role names, platform words, each task's statement and the files its gold
     patch changes at the task's base commit (``tasks`` are :class:`repro.tasks.schema.Task`: pass the train split's)."""
-    from repro.tasks.blobs import buggy_files
-
     files = buggy_files((t, path) for t in tasks for path in _PATCHED.findall(t.patch))
     statements = (t.problem_statement for t in tasks)
     texts = [_CHAT_ROLES, _PLATFORM_WORDS, *statements, *(text for text in files.values() if text)]
