@@ -214,23 +214,47 @@ def warm_start(run: WarmStartRun, base_model: Path, tasks: list[Task], cfg: Warm
                accountant: Any) -> tuple[Path, dict[str, Any]]:
     """The warm-start checkpoint (built, or reused from the cache) and what it took (phases in ``accountant``); SFT's
     training loss goes to ``run.setup.tracking``'s tracker (trl's ``report_to``) as the run ``sft-<run dir name>``."""
-    run_dir, agent = run.run_dir, run.agent
-    identity, platform_text = agent.identity(), prompt_platform(getattr(agent, "cfg", None))
+    identity, platform_text = run.agent.identity(), prompt_platform(getattr(run.agent, "cfg", None))
     key = warm_start_key(base_model, tasks, identity, cfg, platform_text)
     out = cache_dir() / "warm_start" / f"warm-{key}"
-    if cfg.use_cache and (out / STATS_FILE).exists():
-        stats = json.loads((out / STATS_FILE).read_text())
-        return out, {**stats, "cached": True, "path": str(out), "weights_sha256": weights_sha256(out)}
+    cached = cached_warm_start(out, cfg)
+    if cached is not None:
+        return cached
     rows_key = demos_key(base_model, tasks, identity, cfg, platform_text)
-    print(f"phase warm_start_demos: {len(tasks)} expert demonstrations through the harness, demonstrations key "
-          f"{rows_key} ({expected('demo', len(tasks))}, or none when cached)", flush=True)
+    rows, n_rollouts, demos_cached = timed_demonstrations(run, base_model, tasks, cfg, rows_key, accountant,
+                                                          "through the harness")
+    sft = train_sft(run, base_model, rows, cfg, out, accountant)
+    stats = {"key": key, "demos_key": rows_key, "demos_cached": demos_cached, "demo_tasks": len(tasks),
+             "demo_rollouts": n_rollouts, "sft": sft, **row_tokens(rows)}
+    return publish(out, stats)
+
+
+def cached_warm_start(out: Path, cfg: WarmStartConfig) -> tuple[Path, dict[str, Any]] | None:
+    """The cached checkpoint ``out`` and its stats, when the cache may be used and holds it."""
+    if not (cfg.use_cache and (out / STATS_FILE).exists()):
+        return None
+    stats = json.loads((out / STATS_FILE).read_text())
+    return out, {**stats, "cached": True, "path": str(out), "weights_sha256": weights_sha256(out)}
+
+
+def timed_demonstrations(run: WarmStartRun, base_model: Path, tasks: list[Task], cfg: WarmStartConfig, key: str,
+                         accountant: Any, where: str) -> tuple[list[Any], int, bool]:
+    """:func:`demonstrations` as a phase: announced (``where`` they run), timed, their rate recorded."""
+    print(f"phase warm_start_demos: {len(tasks)} expert demonstrations {where}, demonstrations key {key} "
+          f"({expected('demo', len(tasks))}, or none when cached)", flush=True)
     started = time.monotonic()
     with accountant.phase("warm_start_demos"):
-        rows, n_rollouts, demos_cached = demonstrations(run, base_model, tasks, cfg, rows_key)
-    if demos_cached:
+        rows, n_rollouts, cached = demonstrations(run, base_model, tasks, cfg, key)
+    if cached:
         print(f"  reused {n_rollouts} demonstrations ({len(rows)} rows) from the cache", flush=True)
     else:
         record_rate("demo", len(tasks), time.monotonic() - started)
+    return rows, n_rollouts, cached
+
+
+def train_sft(run: WarmStartRun, base_model: Path, rows: list[Any], cfg: WarmStartConfig, out: Path,
+              accountant: Any) -> dict[str, Any]:
+    """SFT of ``base_model`` on ``rows`` into ``out``'s temporary sibling (:func:`publish` moves it); its record."""
     steps = sft_steps(cfg.sft, len(rows))
     gate = gate_note(cfg.sft, steps)
     print(f"phase warm_start_sft: {steps} steps on {len(rows)} rows "
@@ -239,13 +263,21 @@ def warm_start(run: WarmStartRun, base_model: Path, tasks: list[Task], cfg: Warm
     with accountant.phase("warm_start_sft"):
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        name = f"sft-{Path(run_dir).name}"
-        with trainer_reporting(run.setup.tracking, run_dir, name) as report_to:
+        name = f"sft-{Path(run.run_dir).name}"
+        with trainer_reporting(run.setup.tracking, run.run_dir, name) as report_to:
             sft = sft_train(base_model, rows, tmp, cfg.sft, report_to, name)
     record_rate("sft_step", sft["steps"], sft["seconds"])
-    stats = {"key": key, "demos_key": rows_key, "demos_cached": demos_cached, "demo_tasks": len(tasks),
-             "demo_rollouts": n_rollouts, "sft": sft,
-             "sampled_tokens": sum(sum(r.loss_mask) for r in rows), "tokens": sum(len(r.input_ids) for r in rows)}
+    return sft
+
+
+def row_tokens(rows: list[Any]) -> dict[str, int]:
+    return {"sampled_tokens": sum(sum(r.loss_mask) for r in rows), "tokens": sum(len(r.input_ids) for r in rows)}
+
+
+def publish(out: Path, stats: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """Write ``stats`` into the trained checkpoint and move it into the cache as ``out`` (the first of racing
+    builders wins); the checkpoint and its record."""
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     atomic_write_text(tmp / STATS_FILE, json.dumps(stats, indent=2, sort_keys=True))
     with locked(out.parent / f"{out.name}.lock"):
         if not out.exists():

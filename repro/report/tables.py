@@ -9,8 +9,8 @@ touched (the published ones made before records existed stay as they are).
 Each metrics.json names its ``kind``; :data:`WRITERS` names the module that writes each kind's tables: ``eval`` runs
 become one table per comparison (``repro.report.eval_table``), ``proxy_overhead`` benchmark runs become
 ``proxy_overhead.md``, ``before_after`` runs (the miniature reproduction) one table per comparison
-(``repro.report.before_after``), ``loop_comparison``, ``tokenizer_drift``, ``eval_docker`` and ``engine_comparison``
-runs likewise (their modules of the same name; ``engines``). Unknown kinds are skipped.
+(``repro.report.before_after``), ``loop_comparison``, ``tokenizer_drift``, ``eval_docker``, ``engine_comparison``
+and ``harness_matrix`` runs likewise (their modules of the same name; ``engines``). Unknown kinds are skipped.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from repro.report.before_after import write_before_after_tables
 from repro.report.engines import write_engine_tables
 from repro.report.eval_docker import write_eval_docker_tables
 from repro.report.eval_table import write_eval_tables
+from repro.report.harness_matrix import write_harness_matrix_tables
 from repro.report.loop_comparison import write_loop_comparison_tables
 from repro.report.records import failure_input, publish, read_records, records_of_outputs, table_input
 from repro.report.tokenizer_drift import write_tokenizer_drift_tables
@@ -146,6 +147,7 @@ WRITERS: dict[str, Callable[[list[dict[str, Any]], Path], list[Path]]] = {
     "tokenizer_drift": write_tokenizer_drift_tables,
     "eval_docker": write_eval_docker_tables,
     "engine_comparison": write_engine_tables,
+    "harness_matrix": write_harness_matrix_tables,
 }
 
 

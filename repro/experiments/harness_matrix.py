@@ -1,0 +1,206 @@
+"""``experiment=harness_matrix``: train in each harness (and in the rebuilt loop), evaluate in each.
+
+One warm start that acts in every harness of the matrix (a tokenizer with every harness's fixed texts, the expert's
+demonstrations through each: :mod:`repro.experiments.warm_start_mix`), evaluated in each harness; then one RL arm
+per training loop (``matrix.train_in``: a harness behind the proxy; ``matrix.rebuilt_of``: the trainer-owned rebuild
+of that harness's loop), each from that warm start on the same tasks, seeds and budget, and every trained policy
+evaluated in every harness under that harness's frozen spec. ``metrics.json`` has kind ``harness_matrix``;
+``repro table`` publishes ``results/<experiment>.md`` (trained in x evaluated in, pooled over seeds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness_adapters.registry import get_harness
+from repro.accounting import Accountant
+from repro.evaluation import eval_metrics, write_metrics
+from repro.experiments.miniature import Miniature, MiniatureConfig, split_train
+from repro.experiments.records import paired_tests, per_instance
+from repro.experiments.warm_start import WarmStartRun
+from repro.experiments.warm_start_mix import mixed_warm_start
+from repro.files import weights_sha256
+from repro.rebuilt.harness import LoopConfig, rl_harness
+from repro.rl.checkpoints import stage_policy
+from repro.rl.config import RLConfig
+from repro.rl.evaluator import Evaluator, build_spec, refuse_if_all_infra
+from repro.rl.rollouts import GradeCache
+from repro.rl.trainer import RLTrainer
+from repro.sandbox.select import make_sandbox
+from repro.tasks.sets import load_task_set
+from repro.tinymodel.recipe import build_recipe_model
+from repro.tracking import tracked
+
+REBUILT = "rebuilt"
+
+
+@dataclass
+class MatrixConfig:
+    """The harnesses of the matrix (name -> harness config): the model's demonstrations run through each and every
+    policy is evaluated in each. ``train_in``: the harnesses RL trains in through the proxy; ``rebuilt_of``: a
+    harness whose loop the trainer-owned rebuild runs as one more arm (empty: none)."""
+
+    harnesses: dict[str, Any] = field(default_factory=dict)
+    train_in: list[str] = field(default_factory=list)
+    rebuilt_of: str = ""
+    harness_workers: int = 2
+
+    def __post_init__(self) -> None:
+        unknown = [n for n in [*self.train_in, *([self.rebuilt_of] if self.rebuilt_of else [])]
+                   if n not in self.harnesses]
+        if unknown or not self.harnesses:
+            raise ValueError(f"matrix: {unknown or 'no harnesses'} not among matrix.harnesses "
+                             f"({sorted(self.harnesses)})")
+        if REBUILT in self.harnesses:
+            raise ValueError(f"matrix.harnesses: {REBUILT!r} names the rebuilt-loop arm, not a harness")
+
+    @property
+    def arms(self) -> list[tuple[str, str, str]]:
+        """(arm name, the harness it trains in, its loop kind)."""
+        proxy = [(name, name, "proxy") for name in self.train_in]
+        return proxy + ([(REBUILT, self.rebuilt_of, REBUILT)] if self.rebuilt_of else [])
+
+
+class HarnessSet:
+    """Several mini-SWE-agent configs as one recipe harness: the tokenizer gets every harness's fixed texts."""
+
+    def __init__(self, configs: list[Any]) -> None:
+        self.configs = configs
+
+    def fixed_prompt_texts(self, platform_line: bool = False) -> list[str]:
+        return sorted({t for cfg in self.configs for t in cfg.fixed_prompt_texts(platform_line=platform_line)})
+
+    def tools(self) -> list[dict[str, Any]]:
+        seen = {json.dumps(tool, sort_keys=True): tool for cfg in self.configs for tool in cfg.tools()}
+        return [seen[k] for k in sorted(seen)]
+
+
+@dataclass
+class Matrix:
+    """A prepared matrix: one :class:`Miniature` per harness (its live harness and frozen spec), sharing the task
+    sets, the sandbox, the warm start and the grades."""
+
+    minis: dict[str, Miniature]
+    run_dir: Path
+    acct: Accountant
+
+    @property
+    def any(self) -> Miniature:
+        return next(iter(self.minis.values()))
+
+    def evaluate_all(self, stack: Any, phase_dir: Path, label: str) -> dict[str, list[Any]]:
+        """``stack``'s model evaluated in every harness (``phase_dir/<harness>``)."""
+        out = {}
+        for name, mini in self.minis.items():
+            store = Path(stack.proxy.store_path)
+            reports = Evaluator(stack, mini.agent, mini.box, mini.spec, mini.cfg.eval, store, mini.grades).evaluate(
+                mini.test_list, phase_dir / name, label)
+            refuse_if_all_infra(reports, phase_dir / name)
+            out[name] = reports
+        return out
+
+
+@contextlib.contextmanager
+def prepared_matrix(cfg: MiniatureConfig, matrix: MatrixConfig, run_dir: Path) -> Iterator[Matrix]:
+    """Task sets, every harness live, the recipe model, the mixed warm start and each harness's frozen spec."""
+    run_dir, acct, setup = Path(run_dir), Accountant(), cfg.setup
+    with acct.phase("setup"):
+        train_name, train_list = load_task_set(cfg.train_tasks)
+        test_name, test_list = load_task_set(cfg.tasks)
+        demo_tasks, rl_tasks = split_train(train_list, cfg.warm_start.n_demo_tasks)
+    box = make_sandbox(setup.sandbox)
+    try:
+        with contextlib.ExitStack() as stack:
+            agents = {name: stack.enter_context(get_harness(None, hcfg, workers=matrix.harness_workers))
+                      for name, hcfg in matrix.harnesses.items()}
+            configs = list(matrix.harnesses.values())
+            with acct.phase("setup"):  # pinned platform lines (harness.platform) are recipe tokens on every machine
+                base = build_recipe_model(setup.model, HarnessSet(configs), train_list,
+                                          platform_line=all(getattr(c, "platform", None) for c in configs))
+            runs = [WarmStartRun(dataclasses.replace(setup, harness=matrix.harnesses[n]), agent, box,
+                                 run_dir / f"demos_{n}") for n, agent in agents.items()]
+            warm_dir, warm = mixed_warm_start(runs, base, demo_tasks, cfg.warm_start, acct)
+            grades, minis = GradeCache(), {}
+            for name, agent in agents.items():
+                mini_cfg = dataclasses.replace(cfg, setup=dataclasses.replace(setup, harness=matrix.harnesses[name]))
+                spec = build_spec(agent, test_name, test_list, setup.sandbox, cfg.eval, cfg.tasks.seed,
+                                  setup.served_model_name)
+                minis[name] = Miniature(mini_cfg, run_dir, acct, train_name, test_list, rl_tasks, agent, box,
+                                        warm_dir, warm, spec, grades)
+            yield Matrix(minis, run_dir, acct)
+    finally:
+        box.close()
+
+
+def train_arm(matrix: Matrix, arm: tuple[str, str, str], rl: RLConfig) -> dict[str, Any]:
+    """RL from the warm start in the arm's loop, then the trained policy evaluated in every harness."""
+    name, trained_in, kind = arm
+    mini, started, acct = matrix.minis[trained_in], time.time(), Accountant()
+    arm_dir = matrix.run_dir / f"arm_{name}"
+    policy = stage_policy(mini.warm_dir, arm_dir)
+    print(f"phase rl ({name}: {kind} loop of {trained_in}): {rl.steps} steps x {rl.tasks_per_step} tasks x "
+          f"{rl.samples_per_task} samples", flush=True)
+    with mini.cfg.setup.server(policy, arm_dir) as stack:
+        with rl_harness(LoopConfig(kind), mini.agent, policy) as agent, \
+                tracked(matrix.run_dir, mini.cfg.setup.tracking, f"rl-{name}") as tracker:
+            trainer = RLTrainer(stack, agent, mini.box, rl, arm_dir, tracker=tracker, accountant=acct,
+                                grades=mini.grades, probe_harness=mini.agent)
+            history = trainer.fit(mini.rl_tasks)
+        with acct.phase("eval_after"):
+            after = matrix.evaluate_all(stack, arm_dir / "eval", f"rl-{name}")
+    return {"trained_in": trained_in, "loop": kind, "after": after, "history": history, "probe": trainer.probe,
+            "weights_sha256": weights_sha256(policy), "compute": acct.to_dict(), "wall_s": time.time() - started}
+
+
+def harness_matrix_job(miniature: MiniatureConfig, matrix: MatrixConfig, rl: RLConfig, run_dir: Path,
+                       loop: Any = None) -> dict[str, Any]:
+    """The warm start evaluated in every harness, one RL arm per training loop, each evaluated in every harness;
+    returns (and writes) the metrics (kind ``harness_matrix``). ``loop`` is mini_repro's single-arm setting,
+    inherited by the config and unused: ``matrix`` names the arms."""
+    run_dir, started = Path(run_dir), time.time()
+    with prepared_matrix(miniature, matrix, run_dir) as prepared:
+        mini = prepared.any
+        print(f"phase eval_before: the warm start in {len(prepared.minis)} harnesses x {len(mini.test_list)} tasks",
+              flush=True)
+        with mini.cfg.setup.server(mini.warm_dir, run_dir) as stack, prepared.acct.phase("eval_before"):
+            warm = prepared.evaluate_all(stack, run_dir / "eval_before", mini.warm_label)
+        arms = {arm[0]: train_arm(prepared, arm, rl) for arm in matrix.arms}
+    metrics = matrix_metrics(prepared, warm, arms, rl, started)
+    write_metrics(run_dir, metrics)
+    return metrics
+
+
+def matrix_metrics(prepared: Matrix, warm: dict[str, list[Any]], arms: dict[str, dict[str, Any]], rl: RLConfig,
+                   started: float) -> dict[str, Any]:
+    """The ``harness_matrix`` record: every harness's spec, the warm start's and each arm's evaluations in every
+    harness, the paired tests against the warm start, each arm's RL history."""
+    mini, ev = prepared.any, prepared.any.cfg.eval
+    specs = {name: m.spec for name, m in prepared.minis.items()}
+
+    def evaluated(reports: dict[str, list[Any]], label: str) -> dict[str, Any]:
+        return {h: eval_metrics(r, specs[h], ev.experiment, label) for h, r in reports.items()}
+
+    out_arms = {name: {
+        "trained_in": a["trained_in"], "loop": a["loop"], "after": evaluated(a["after"], f"rl-{name}"),
+        "paired_vs_warm": {h: paired_tests(warm[h], r) for h, r in a["after"].items()},
+        "per_instance": {h: per_instance(r) for h, r in a["after"].items()},
+        "history": a["history"], "diagnostics": [s["diagnostics"] for s in a["history"]], "probe": a["probe"],
+        "weights_sha256": a["weights_sha256"], "compute": a["compute"], "wall_s": a["wall_s"]}
+        for name, a in arms.items()}
+    return {
+        "kind": "harness_matrix", "experiment": ev.experiment, "table": ev.experiment,
+        "run_dir": str(prepared.run_dir), "fingerprints": {h: s.fingerprint() for h, s in specs.items()},
+        "harnesses": {h: s.harness.name + "@" + s.harness.version for h, s in specs.items()},
+        "task_distribution": mini.spec.tasks.name, "train_tasks": mini.train_name, "eval_temperature": ev.temperature,
+        "warm_start": mini.warm, "warm": evaluated(warm, mini.warm_label),
+        "warm_per_instance": {h: per_instance(r) for h, r in warm.items()}, "arms": out_arms,
+        "rl": rl.schedule(), "trainer": asdict(rl.update), "seed": rl.seed, "compute": prepared.acct.to_dict(),
+        "started_at": started, "finished_at": time.time(), "wall_s": time.time() - started,
+    }

@@ -1,0 +1,130 @@
+"""Tables of ``harness_matrix`` runs: trained in (rows) x evaluated in (columns), and for each evaluation harness
+what training there gains over training elsewhere. Seeds of one configuration are pooled by averaging each held-out
+instance over them before pairing (the miniature's rule); per-seed values are in the CSV."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from repro.evaluation.paired import paired_summary
+from repro.report.before_after import mean_over_seeds, seed_groups
+from repro.report.cells import delta_cell, mde_cell, mean_cell, pass_cell, run_name
+from repro.report.table_files import write_named_tables
+
+WARM = "warm start"
+
+
+def config_key(run: dict[str, Any]) -> tuple:
+    rl = {k: v for k, v in run["rl"].items() if k != "seed"}
+    trainer = {k: v for k, v in run.get("trainer", {}).items() if k != "seed"}
+    return (repr(sorted(run["fingerprints"].items())), run["train_tasks"], tuple(sorted(run["arms"])),
+            repr(sorted(rl.items())), repr(sorted(trainer.items())))
+
+
+def arm_label(run: dict[str, Any], arm: str) -> str:
+    """``mswea2 (mini-swe-agent@2.4.6)``, or ``rebuilt (the rebuilt loop of mini-swe-agent@2.4.6)``."""
+    info = run["arms"][arm]
+    harness = run["harnesses"][info["trained_in"]]
+    return f"{arm} (the rebuilt loop of {harness})" if info["loop"] == "rebuilt" else f"{arm} ({harness})"
+
+
+def pooled(group: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per trained-in row (the warm start, each arm), per evaluation harness: per-instance means over the seeds."""
+    out = {WARM: {h: mean_over_seeds([r["warm_per_instance"][h] for r in group]) for h in group[0]["harnesses"]}}
+    for arm in group[0]["arms"]:
+        out[arm] = {h: mean_over_seeds([r["arms"][arm]["per_instance"][h] for r in group])
+                    for h in group[0]["harnesses"]}
+    return out
+
+
+def matrix_rows(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trained in x evaluated in: pooled Pass@1 [95% CI] and the gain over the warm start in points [95% CI]."""
+    values, first = pooled(group), group[0]
+    rows = []
+    for trained, cells in values.items():
+        row = {"trained in": WARM if trained == WARM else arm_label(first, trained)}
+        for harness, per_instance in cells.items():
+            row[f"in {first['harnesses'][harness]}"] = mean_cell(per_instance)
+            if trained != WARM:
+                row[f"gain in {first['harnesses'][harness]}"] = delta_cell(
+                    paired_summary(values[WARM][harness], per_instance))
+        rows.append(row)
+    return rows
+
+
+def home_rows(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each evaluation harness that RL also trained in: that arm minus every other arm, paired over instances
+    (pooled over seeds), with the seeds' spread."""
+    values, first, rows = pooled(group), group[0], []
+    for harness in first["harnesses"]:
+        if harness not in first["arms"]:
+            continue
+        for other in first["arms"]:
+            if other == harness:
+                continue
+            paired = paired_summary(values[other][harness], values[harness][harness])
+            seeds = [paired_summary(r["arms"][other]["per_instance"][harness],
+                                    r["arms"][harness]["per_instance"][harness])["delta"] for r in group]
+            rows.append({"evaluated in": first["harnesses"][harness], "trained here": arm_label(first, harness),
+                         "minus trained in": arm_label(first, other), "n": paired["n"],
+                         "difference [95% CI]": delta_cell(paired), "MDE": mde_cell(paired),
+                         "sign-flip p": f"{paired['sign_flip_p']:.3g}",
+                         "seed sd": f"{100 * statistics.stdev(seeds):.1f}" if len(seeds) > 1 else "-"})
+    return rows
+
+
+def csv_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One line per (seed, trained in, evaluated in): Pass@1 and the gain over the warm start."""
+    rows = [{"run": run_name(run["run_dir"]), "seed": run.get("seed", ""), "trained in": WARM, "evaluated in": h,
+             "pass_at_1": ev["pass_at_1"], "n": ev["n_samples"], "gain": "", "fingerprint": run["fingerprints"][h]}
+            for h, ev in run["warm"].items()]
+    for arm, info in run["arms"].items():
+        rows += [{"run": run_name(run["run_dir"]), "seed": run.get("seed", ""), "trained in": arm, "evaluated in": h,
+                  "pass_at_1": ev["pass_at_1"], "n": ev["n_samples"], "gain": info["paired_vs_warm"][h]["delta"],
+                  "fingerprint": run["fingerprints"][h]} for h, ev in info["after"].items()]
+    return rows
+
+
+def seed_cells(run: dict[str, Any]) -> dict[str, Any]:
+    """A run's own Pass@1 per (trained in, evaluated in), for the per-seed table."""
+    cells = {f"{WARM} in {h}": pass_cell(ev) for h, ev in run["warm"].items()}
+    for arm, info in run["arms"].items():
+        cells |= {f"{arm} in {h}": pass_cell(ev) for h, ev in info["after"].items()}
+    return {"run": run_name(run["run_dir"]), "seed": run.get("seed", ""), **cells}
+
+
+def matrix_markdown(runs: list[dict[str, Any]]) -> str:
+    sections = []
+    for group in seed_groups(runs, config_key):
+        first, seeds = group[0], ",".join(str(r.get("seed", "?")) for r in group)
+        sections += [f"## Trained in x evaluated in ({len(group)} seed{'s' if len(group) > 1 else ''}: {seeds})", "",
+                     pd.DataFrame(matrix_rows(group)).fillna("").to_markdown(index=False, disable_numparse=True), ""]
+        home = home_rows(group)
+        if home:
+            sections += ["## Trained here minus trained elsewhere, per evaluation harness", "",
+                         pd.DataFrame(home).to_markdown(index=False, disable_numparse=True), ""]
+        sections += ["## Each seed", "",
+                     pd.DataFrame([seed_cells(r) for r in group]).to_markdown(index=False, disable_numparse=True), "",
+                     _notes(first)]
+    return "\n".join(sections) + "\n"
+
+
+def _notes(run: dict[str, Any]) -> str:
+    rl = run["rl"]
+    specs = ", ".join(f"{run['harnesses'][h]} `{fp[:8]}`" for h, fp in sorted(run["fingerprints"].items()))
+    return (f"Held-out tasks `{run['task_distribution']}`; train tasks `{run['train_tasks']}`; every arm "
+            f"{rl['steps']} steps x {rl['tasks_per_step']} tasks x {rl['samples_per_task']} samples from the same warm "
+            f"start (`{run['warm_start'].get('key', '?')}`, demonstrations through every harness). Frozen specs: "
+            f"{specs}. Pass@1 at temperature {run.get('eval_temperature', '?')}, 95% intervals by bootstrap over "
+            "instances of the per-instance means over seeds; differences are paired over instances in points; MDE = "
+            "the minimum detectable effect (alpha 0.05, power 0.8).\n\nRebuild: `repro run -m "
+            "experiment=harness_matrix seed=...`, then `repro table`.\n")
+
+
+def write_harness_matrix_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
+    """``results/<table>.md`` and ``.csv`` per table name."""
+    return write_named_tables(runs, results, matrix_markdown, csv_rows)

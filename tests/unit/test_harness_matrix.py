@@ -1,0 +1,107 @@
+"""The harness matrix's pieces: which arms it trains, the tokenizer's texts from every harness, how demonstration
+tasks are dealt out, and the mixed warm start's cache key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from repro.experiments.harness_matrix import REBUILT, HarnessSet, MatrixConfig
+from repro.experiments.warm_start import WarmStartConfig
+from repro.experiments.warm_start_mix import mix_key, shares
+from repro.tasks.schema import Task
+
+
+def test_the_arms_are_one_per_proxy_harness_and_the_rebuilt_loop() -> None:
+    cfg = MatrixConfig({"a": object(), "b": object()}, train_in=["a", "b"], rebuilt_of="a")
+    assert cfg.arms == [("a", "a", "proxy"), ("b", "b", "proxy"), (REBUILT, "a", REBUILT)]
+    assert MatrixConfig({"a": object()}).arms == []  # the warm start alone, evaluated in every harness
+
+
+@pytest.mark.parametrize("bad", [{"train_in": ["c"]}, {"rebuilt_of": "c"}])
+def test_an_arm_must_name_a_harness_of_the_matrix(bad: dict) -> None:
+    with pytest.raises(ValueError, match=r"not among matrix\.harnesses"):
+        MatrixConfig({"a": object()}, **bad)
+    with pytest.raises(ValueError, match="rebuilt-loop arm"):
+        MatrixConfig({REBUILT: object()})
+
+
+class Cfg:
+    def __init__(self, texts: list[str], tools: list[dict]) -> None:
+        self.texts, self.tool_list = texts, tools
+
+    def fixed_prompt_texts(self, platform_line: bool = False) -> list[str]:
+        return [*self.texts, *(["<platform>"] if platform_line else [])]
+
+    def tools(self) -> list[dict]:
+        return self.tool_list
+
+
+def test_the_tokenizer_gets_every_harness_texts_once() -> None:
+    bash = {"type": "function", "function": {"name": "bash"}}
+    both = HarnessSet([Cfg(["system", "observe"], [bash]), Cfg(["observe", "format error"], [])])
+    assert both.fixed_prompt_texts() == ["format error", "observe", "system"]
+    assert both.fixed_prompt_texts(platform_line=True) == ["<platform>", "format error", "observe", "system"]
+    assert both.tools() == [bash]
+
+
+def _tasks(n: int) -> list[Task]:
+    return [Task(instance_id=f"t{i}", repo="o/r", base_commit="c", problem_statement="p", patch=f"p{i}")
+            for i in range(n)]
+
+
+def test_demonstration_tasks_are_dealt_in_turn_and_none_is_lost() -> None:
+    dealt = shares(_tasks(7), 2)
+    assert [[t.instance_id for t in share] for share in dealt] == [["t0", "t2", "t4", "t6"], ["t1", "t3", "t5"]]
+
+
+def test_the_mixed_key_changes_with_any_source_and_with_sft(tmp_path: Path) -> None:
+    (tmp_path / "repro_model.json").write_text("{}")
+    tasks = _tasks(4)
+    sources = [({"name": "h", "version": "2"}, "Linux", tasks[:2]), ({"name": "h", "version": "1"}, "Linux", tasks[2:])]
+    key = mix_key(tmp_path, sources, WarmStartConfig())
+    assert key == mix_key(tmp_path, sources, WarmStartConfig()) and key.startswith("mix-")
+    swapped = [(sources[0][0], "Linux", tasks[2:]), (sources[1][0], "Linux", tasks[:2])]
+    assert mix_key(tmp_path, swapped, WarmStartConfig()) != key  # which harness ran which tasks matters
+    other = WarmStartConfig()
+    other.sft.learning_rate = 1e-3
+    assert mix_key(tmp_path, sources, other) != key
+
+
+def _evaluation(values: dict[str, float]) -> dict:
+    share = sum(values.values()) / len(values)
+    return {"pass_at_1": share, "n_samples": len(values), "ci": {"low": share, "high": share}}
+
+
+def _run(seed: int, home: float, away: float) -> dict:
+    """A 10-instance run: the warm start solves instances 0-1 everywhere; the arm trained in h1 solves ``home`` of
+    them in h1 and ``away`` in h2; the arm trained in h2 the reverse."""
+    def solved(share: float) -> dict[str, float]:
+        return {f"i{i}": float(i < 10 * share) for i in range(10)}
+
+    warm = {h: solved(0.2) for h in ("h1", "h2")}
+    arms = {"h1": {"h1": solved(home), "h2": solved(away)}, "h2": {"h1": solved(away), "h2": solved(home)}}
+    return {"run_dir": f"outputs/harness_matrix/2026120{seed}", "seed": seed, "fingerprints": {"h1": "f1", "h2": "f2"},
+            "harnesses": {"h1": "mini-swe-agent@2.4.6", "h2": "mini-swe-agent@1.17.5"}, "train_tasks": "t",
+            "task_distribution": "d", "rl": {"steps": 1, "tasks_per_step": 1, "samples_per_task": 1, "seed": seed},
+            "trainer": {}, "warm_start": {"key": "k"}, "warm": {h: _evaluation(v) for h, v in warm.items()},
+            "warm_per_instance": warm,
+            "arms": {a: {"trained_in": a, "loop": "proxy", "per_instance": pi,
+                         "after": {h: _evaluation(v) for h, v in pi.items()},
+                         "paired_vs_warm": {h: {"delta": sum(v.values()) / 10 - 0.2} for h, v in pi.items()}}
+                     for a, pi in arms.items()}}
+
+
+def test_the_table_pools_seeds_and_shows_what_training_at_home_gains() -> None:
+    from repro.report.harness_matrix import home_rows, matrix_markdown, matrix_rows
+
+    group = [_run(0, 0.6, 0.4), _run(1, 0.8, 0.4)]  # at home 60% and 80%: pooled 70%; away 40%
+    rows = {r["trained in"]: r for r in matrix_rows(group)}
+    assert rows["h1 (mini-swe-agent@2.4.6)"]["in mini-swe-agent@2.4.6"].startswith("70.0%")
+    assert rows["h1 (mini-swe-agent@2.4.6)"]["gain in mini-swe-agent@2.4.6"].startswith("+50.0")
+    assert rows["warm start"]["in mini-swe-agent@1.17.5"].startswith("20.0%")
+    home = {(r["evaluated in"], r["minus trained in"]): r for r in home_rows(group)}
+    assert home[("mini-swe-agent@2.4.6", "h2 (mini-swe-agent@1.17.5)")]["difference [95% CI]"].startswith("+30.0")
+    assert home[("mini-swe-agent@2.4.6", "h2 (mini-swe-agent@1.17.5)")]["seed sd"] == "14.1"  # seeds +20, +40
+    assert "Trained here minus trained elsewhere" in matrix_markdown(group)
