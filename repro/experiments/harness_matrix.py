@@ -127,6 +127,8 @@ def prepared_matrix(cfg: MiniatureConfig, matrix: MatrixConfig, run_dir: Path) -
             runs = [WarmStartRun(dataclasses.replace(setup, harness=matrix.harnesses[n]), agent, box,
                                  run_dir / f"demos_{n}") for n, agent in agents.items()]
             warm_dir, warm = mixed_warm_start(runs, base, demo_tasks, cfg.warm_start, acct)
+            note = "reused from the cache" if warm["cached"] else f"built from {warm['demo_rollouts']} demonstrations"
+            print(f"warm start {warm['key']}: {note}, weights sha256 {warm['weights_sha256'][:12]}", flush=True)
             grades, minis = GradeCache(), {}
             for name, agent in agents.items():
                 mini_cfg = dataclasses.replace(cfg, setup=dataclasses.replace(setup, harness=matrix.harnesses[name]))
