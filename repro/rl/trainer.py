@@ -69,9 +69,8 @@ class RLTrainer:
 
     def fit(self, train_tasks: list[Task]) -> list[dict[str, Any]]:
         """Run the remaining steps on ``train_tasks`` (after the task filter, when on); every step's record."""
-        start_sha = self._start_weights()
         history = self.state.completed_steps()
-        tasks = self.select_tasks(train_tasks, start_sha)
+        tasks = self.select_tasks(train_tasks)
         self.state.rewrite_diagnostics(history)
         if history:
             self.policy.load_state(self.state.state_path)
@@ -96,13 +95,14 @@ class RLTrainer:
         path.write_text(json.dumps({"weights_sha256": sha}))
         return sha
 
-    def select_tasks(self, tasks: list[Task], start_sha: str) -> list[Task]:
+    def select_tasks(self, tasks: list[Task]) -> list[Task]:
         """The tasks RL draws from: all, or (``task_filter.enabled``) those the probe step keeps."""
         flt = self.cfg.task_filter
         if not flt.enabled:
             return tasks
         candidates = tasks[: flt.pool] if flt.pool > 0 else tasks
         sampling = {"temperature": self.cfg.temperature, "top_p": self.cfg.top_p, "max_tokens": self.cfg.max_tokens}
+        start_sha = self._start_weights()  # the probe cache's key: hashed only when there is a probe
         with self.accountant.phase("probe"):
             kept, self.probe = filter_rl_tasks(self.run_dir, candidates, flt, sampling, start_sha, self.server,
                                                self.probe_harness, self.sandbox, self.grades)
