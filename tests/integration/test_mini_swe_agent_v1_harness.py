@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -71,9 +72,9 @@ def test_bundled_tasks_through_the_proxy_are_fully_recorded(v1_env, tmp_path: Pa
         assert calls[0].request["messages"][0] == {"role": "system", "content": system.removesuffix("\n")}
 
 
-@pytest.fixture
-def harness(v1_env, tmp_path: Path) -> Iterator[MiniSweAgentV1Harness]:
-    with MiniSweAgentV1Harness(V1, env=v1_env, state_dir=tmp_path / "state") as h:
+@pytest.fixture(params=["fork", "exec"])
+def harness(v1_env, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[MiniSweAgentV1Harness]:
+    with MiniSweAgentV1Harness(V1, env=v1_env, state_dir=tmp_path / "state", launcher=request.param) as h:
         yield h
 
 
@@ -98,3 +99,38 @@ def test_submit_limit_and_dead_endpoint(harness: MiniSweAgentV1Harness, tmp_path
     assert down.status == "crashed" and down.reason.startswith("uncaught error, exit status "), down
     assert down.exit_status not in FINISHED_EXIT_STATUSES and down.duration_s < 60
     assert sorted(stub.paths) == ["/rollouts/chatty/v1/chat/completions"] * 2 + ["/rollouts/submit/v1/chat/completions"]
+    assert {r.info["launcher"] for r in (submit, chatty, down)} == {harness.launcher}
+
+
+def test_forked_and_exec_rollouts_are_the_same_conversation(v1_env, tmp_path: Path) -> None:
+    """The fork server changes how ``mini`` starts, not what it does: the same stub replies give the same
+    requests, trajectory messages and exit statuses as a fresh ``mini`` process."""
+    reply = "Looking.\n\n```bash\nls -a && cat nothing.txt\n```"
+    seen: dict[str, list] = {}
+    for launcher in ("exec", "fork"):
+        with MiniSweAgentV1Harness(V1, env=v1_env, state_dir=tmp_path / launcher / "state",
+                                   launcher=launcher) as h, StubChatServer(text_reply(lambda _: reply)) as stub:
+            workdir = tmp_path / launcher / "work"
+            workdir.mkdir(parents=True)
+            (workdir / "a.txt").write_text("a\n")
+            task = Task(instance_id="t", repo="o/r", base_commit="0" * 40, problem_statement="Look around.")
+            rollout = HarnessRollout("r", task, workdir, stub.url("r"), "stub", tmp_path / launcher / "out", 120)
+            [result] = h.run([rollout], concurrency=1)
+            messages = [(m["role"], m["content"])  # (not its timestamp, nor the raw response's id and time)
+                        for m in json.loads(Path(result.trajectory_path).read_text())["messages"]]
+            text = json.dumps([result.status, result.exit_status, result.n_model_calls, messages])
+            seen[launcher] = json.loads(text.replace(str(tmp_path / launcher), "<root>"))
+    assert seen["fork"] == seen["exec"]
+    assert seen["fork"][:3] == ["finished", "LimitsExceeded", 2]
+
+
+def test_a_forked_rollout_past_its_timeout_is_killed(harness: MiniSweAgentV1Harness, tmp_path: Path) -> None:
+    reply = "Waiting.\n\n```bash\nsleep 300\n```"
+    with StubChatServer(text_reply(lambda _: reply)) as stub:
+        workdir = tmp_path / "slow" / "work"
+        workdir.mkdir(parents=True)
+        task = Task(instance_id="slow", repo="o/r", base_commit="0" * 40, problem_statement="Wait.")
+        [result] = harness.run([HarnessRollout("slow", task, workdir, stub.url("slow"), "stub",
+                                               tmp_path / "slow" / "out", 8)], concurrency=1)
+    assert result.status == "timeout", result
+    assert not [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-2:] == ["-c", "sleep 300"]]

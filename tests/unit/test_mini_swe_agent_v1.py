@@ -208,7 +208,8 @@ def test_run_classifies_each_ending(tmp_path: Path) -> None:
                   "crash": "crash before the loop", "hang": "hang forever"}
     rollouts = [rollout(tmp_path, rid, text, timeout_s=3.0 if rid == "hang" else 30.0)
                 for rid, text in statements.items()]
-    with MiniSweAgentV1Harness(V1, env=fake_env(tmp_path), state_dir=tmp_path / "state") as harness:
+    # a fake ``mini`` script (no minisweagent to import): exec'd; the fork launcher runs the real one (integration)
+    with MiniSweAgentV1Harness(V1, env=fake_env(tmp_path), state_dir=tmp_path / "state", launcher="exec") as harness:
         results = harness.run(rollouts, concurrency=5)
         with pytest.raises(ValueError, match="unique"):
             harness.run(rollouts[:1] * 2, concurrency=1)
@@ -228,3 +229,8 @@ def test_run_classifies_each_ending(tmp_path: Path) -> None:
     record = json.loads((tmp_path / "ok/out/harness_run.json").read_text())
     assert record["status"] == "finished" and record["identity"]["version"] == "1.17.5"
     assert record["command"][-1] == "--task=submit it"
+
+
+def test_an_unknown_launcher_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="launcher must be one of"):
+        MiniSweAgentV1Harness(V1, env=fake_env(tmp_path), state_dir=tmp_path / "state", launcher="spawn")
