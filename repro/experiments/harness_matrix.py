@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 from harness_adapters.registry import get_harness
 from repro.accounting import Accountant
 from repro.evaluation import eval_metrics, write_metrics
+from repro.experiments.loop_comparison import FidelityConfig, comparison_metrics, replay_store
 from repro.experiments.miniature import Miniature, MiniatureConfig, split_train
 from repro.experiments.records import paired_tests, per_instance
 from repro.experiments.warm_start import WarmStartRun
@@ -39,6 +41,7 @@ from repro.tinymodel.recipe import build_recipe_model
 from repro.tracking import tracked
 
 REBUILT = "rebuilt"
+LOOP_SLICE = "loop_comparison"  # the folder (and table) of the proxy-vs-rebuilt slice of a matrix run
 
 
 @dataclass
@@ -162,11 +165,13 @@ def train_arm(matrix: Matrix, arm: tuple[str, str, str], rl: RLConfig) -> dict[s
 
 
 def harness_matrix_job(miniature: MiniatureConfig, matrix: MatrixConfig, rl: RLConfig, run_dir: Path,
-                       loop: Any = None) -> dict[str, Any]:
-    """The warm start evaluated in every harness, one RL arm per training loop, each evaluated in every harness;
-    returns (and writes) the metrics (kind ``harness_matrix``). ``loop`` is mini_repro's single-arm setting,
-    inherited by the config and unused: ``matrix`` names the arms."""
-    run_dir, started = Path(run_dir), time.time()
+                       fidelity: FidelityConfig | None = None, loop: Any = None) -> dict[str, Any]:
+    """The warm start evaluated in every harness, one RL arm per training loop, each evaluated in every harness,
+    each proxy arm's training rollouts replayed through the rebuilt loop; returns (and writes) the metrics (kind
+    ``harness_matrix``) and, with a rebuilt arm, the proxy-vs-rebuilt slice as its own ``loop_comparison`` record
+    (``<run>/loop_comparison``). ``loop`` is mini_repro's single-arm setting, inherited by the config and unused:
+    ``matrix`` names the arms."""
+    run_dir, started, fidelity = Path(run_dir), time.time(), fidelity or FidelityConfig(other_versions=[])
     with prepared_matrix(miniature, matrix, run_dir) as prepared:
         mini = prepared.any
         print(f"phase eval_before: the warm start in {len(prepared.minis)} harnesses x {len(mini.test_list)} tasks",
@@ -174,9 +179,56 @@ def harness_matrix_job(miniature: MiniatureConfig, matrix: MatrixConfig, rl: RLC
         with mini.cfg.setup.server(mini.warm_dir, run_dir) as stack, prepared.acct.phase("eval_before"):
             warm = prepared.evaluate_all(stack, run_dir / "eval_before", mini.warm_label)
         arms = {arm[0]: train_arm(prepared, arm, rl) for arm in matrix.arms}
-    metrics = matrix_metrics(prepared, warm, arms, rl, started)
+        print("phase fidelity: each proxy arm's training rollouts replayed through the rebuilt loop", flush=True)
+        with prepared.acct.phase("fidelity"):
+            fid = matrix_fidelity(prepared, matrix, arms, fidelity)
+    metrics = matrix_metrics(prepared, warm, arms, rl, started) | {"fidelity": fid}
     write_metrics(run_dir, metrics)
+    loop_slice = proxy_vs_rebuilt(prepared, matrix, warm, arms, fid, rl, started)
+    if loop_slice is not None:
+        write_slice(run_dir, loop_slice)
     return metrics
+
+
+def matrix_fidelity(prepared: Matrix, matrix: MatrixConfig, arms: dict[str, dict[str, Any]],
+                    cfg: FidelityConfig) -> dict[str, Any]:
+    """Per proxy arm: its training rollouts replayed turn by turn through the rebuilt loop of ``rebuilt_of`` (how
+    far that loop is from the harness the arm trained in); empty without a rebuilt arm."""
+    if not matrix.rebuilt_of:
+        return {}
+    mini = prepared.minis[matrix.rebuilt_of]
+    tasks = {t.instance_id: t for t in [*mini.test_list, *mini.rl_tasks]}
+    return {name: replay_store(prepared.run_dir / f"arm_{name}" / "traces.sqlite", tasks, mini.cfg.setup.harness,
+                               mini.warm_dir, mini.box, cfg, mode="train") | {"trained_in": arm["trained_in"]}
+            for name, arm in arms.items() if arm["loop"] == "proxy"}
+
+
+def proxy_vs_rebuilt(prepared: Matrix, matrix: MatrixConfig, warm: dict[str, list[Any]],
+                     arms: dict[str, dict[str, Any]], fid: dict[str, Any], rl: RLConfig,
+                     started: float) -> dict[str, Any] | None:
+    """The proxy arm of ``rebuilt_of`` and the rebuilt arm, both evaluated in that harness, as a
+    ``loop_comparison`` record (fidelity keyed by harness version, as that table reads it); None without both."""
+    home = matrix.rebuilt_of
+    if not home or home not in arms or REBUILT not in arms:
+        return None
+    mini = prepared.minis[home]
+    pair = {"proxy": home, REBUILT: REBUILT}
+    slice_arms = {kind: arms[name] | {"after": arms[name]["after"][home], "dir": prepared.run_dir / f"arm_{name}"}
+                  for kind, name in pair.items()}
+    by_version = {prepared.minis[f["trained_in"]].spec.harness.version: f for f in fid.values()}
+    metrics = comparison_metrics(mini, warm[home], slice_arms, by_version, rl, started)
+    return metrics | {"experiment": LOOP_SLICE, "table": LOOP_SLICE, "slice_of": str(prepared.run_dir)}
+
+
+def write_slice(run_dir: Path, metrics: dict[str, Any]) -> Path:
+    """``<run>/loop_comparison/metrics.json``, with the run's overrides and config beside it (a record of its own
+    for ``repro table``)."""
+    slice_dir = run_dir / LOOP_SLICE
+    slice_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("overrides.txt", "config.yaml"):
+        if (run_dir / name).is_file():
+            shutil.copyfile(run_dir / name, slice_dir / name)
+    return write_metrics(slice_dir, metrics)
 
 
 def matrix_metrics(prepared: Matrix, warm: dict[str, list[Any]], arms: dict[str, dict[str, Any]], rl: RLConfig,

@@ -58,7 +58,7 @@ def loop_comparison_job(miniature: MiniatureConfig, rl: RLConfig, fidelity: Fide
         print("phase fidelity: recorded real-harness rollouts replayed through the rebuilt loop", flush=True)
         with mini.acct.phase("fidelity"):
             fid = _fidelity(run_dir, arms, mini, fidelity)
-    metrics = _metrics(mini, before, arms, fid, rl, started)
+    metrics = comparison_metrics(mini, before, arms, fid, rl, started)
     write_metrics(run_dir, metrics)
     print(comparison_markdown([metrics]), flush=True)
     return metrics
@@ -72,7 +72,7 @@ def _fidelity(run_dir: Path, arms: dict[str, Any], mini: Miniature, cfg: Fidelit
     tasks = {t.instance_id: t for t in [*mini.test_list, *mini.rl_tasks]}
     if "proxy" in arms:
         store_path = arms["proxy"]["dir"] / "traces.sqlite"
-        out[harness.version] = _replay_store(store_path, tasks, harness, warm_dir, box, cfg, mode="train")
+        out[harness.version] = replay_store(store_path, tasks, harness, warm_dir, box, cfg, mode="train")
     for version in cfg.other_versions:
         other = MiniSweAgentConfig(**{**asdict(harness), "version": version, "mode": cfg.other_mode})
         try:
@@ -81,7 +81,7 @@ def _fidelity(run_dir: Path, arms: dict[str, Any], mini: Miniature, cfg: Fidelit
         except Exception as exc:  # an optional comparison: say why it is missing instead of failing the run
             out[version] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
-        out[version] = _replay_store(store_path, tasks, harness, warm_dir, box, cfg, mode="eval")
+        out[version] = replay_store(store_path, tasks, harness, warm_dir, box, cfg, mode="eval")
     return out
 
 
@@ -101,8 +101,10 @@ def _record_other(phase_dir: Path, cfg: MiniSweAgentConfig, tasks: list[Any], mi
     return phase_dir / "traces.sqlite"
 
 
-def _replay_store(store_path: Path, tasks: dict[str, Any], harness: MiniSweAgentConfig, model_dir: Path,
-                  box: LocalSandbox, cfg: FidelityConfig, mode: str) -> dict[str, Any]:
+def replay_store(store_path: Path, tasks: dict[str, Any], harness: MiniSweAgentConfig, model_dir: Path,
+                 box: LocalSandbox, cfg: FidelityConfig, mode: str) -> dict[str, Any]:
+    """Up to ``cfg.max_rollouts`` finished ``mode`` rollouts of ``store_path`` replayed through the rebuilt loop of
+    ``harness`` (tokenized by ``model_dir``'s tokenizer), summarized."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
@@ -126,8 +128,10 @@ def _pick(store: Any, tasks: dict[str, Any], mode: str, cfg: FidelityConfig) -> 
     return (multi + single)[:cfg.max_rollouts]
 
 
-def _metrics(mini: Miniature, before: list[Any], arms: dict[str, Any], fid: dict[str, Any], rl: RLConfig,
-             started: float) -> dict[str, Any]:
+def comparison_metrics(mini: Miniature, before: list[Any], arms: dict[str, Any], fid: dict[str, Any], rl: RLConfig,
+                       started: float) -> dict[str, Any]:
+    """The ``loop_comparison`` record: the shared start and each arm (``proxy``, ``rebuilt``: its ``after``
+    reports, ``dir``, history...) under ``mini``'s frozen spec, paired, with the fidelity replays."""
     ev, spec, warm = mini.cfg.eval, mini.spec, mini.warm
     out_arms = {}
     for kind, arm in arms.items():

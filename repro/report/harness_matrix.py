@@ -77,6 +77,26 @@ def home_rows(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def loop_rows(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per training loop: calls per RL rollout (mean over steps and seeds) and, for each harness trained in through
+    the proxy, how often the rebuilt loop diverged replaying its training rollouts (turns pooled over seeds)."""
+    first, rows = group[0], []
+    rebuilt = next((a for a, info in first["arms"].items() if info["loop"] == "rebuilt"), None)
+    for arm, info in first["arms"].items():
+        calls = [d["calls_per_rollout"] for r in group for d in r["arms"][arm]["diagnostics"]
+                 if d and d.get("calls_per_rollout") is not None]
+        row = {"training loop": arm_label(first, arm), "calls per RL rollout": f"{statistics.mean(calls):.2f}"
+               if calls else "-"}
+        fids = [r.get("fidelity", {}).get(arm) for r in group]
+        if rebuilt and info["loop"] == "proxy" and all(fids):
+            turns, divergent = sum(f["turns"] for f in fids), sum(f["divergent_turns"] for f in fids)
+            row[f"its rollouts replayed through {rebuilt}: divergent turns"] = (
+                f"{divergent}/{turns} ({100 * divergent / turns:.1f}%), {sum(f['rollouts'] for f in fids)} rollouts"
+                if turns else "-")
+        rows.append(row)
+    return rows
+
+
 def csv_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     """One line per (seed, trained in, evaluated in): Pass@1 and the gain over the warm start."""
     rows = [{"run": run_name(run["run_dir"]), "seed": run.get("seed", ""), "trained in": WARM, "evaluated in": h,
@@ -107,7 +127,9 @@ def matrix_markdown(runs: list[dict[str, Any]]) -> str:
         if home:
             sections += ["## Trained here minus trained elsewhere, per evaluation harness", "",
                          pd.DataFrame(home).to_markdown(index=False, disable_numparse=True), ""]
-        sections += ["## Each seed", "",
+        sections += ["## The training loops: calls per rollout, and fidelity of the rebuilt loop", "",
+                     pd.DataFrame(loop_rows(group)).fillna("").to_markdown(index=False, disable_numparse=True), "",
+                     "## Each seed", "",
                      pd.DataFrame([seed_cells(r) for r in group]).to_markdown(index=False, disable_numparse=True), "",
                      _notes(first)]
     return "\n".join(sections) + "\n"

@@ -1,4 +1,4 @@
-"""The harness matrix end to end at a small size (marked slow: ~4 min on 2 cores): demonstrations through
+"""The harness matrix end to end at a small size (marked slow: ~1.5 min on 2 cores): demonstrations through
 mini-SWE-agent 2.4.6 and 1.17.5 -> one SFT -> the warm start evaluated in both -> RL in each harness and in the
 rebuilt loop -> every policy evaluated in both harnesses, each under its own frozen spec."""
 
@@ -38,3 +38,15 @@ def test_every_arm_is_evaluated_in_every_harness(tmp_path: Path) -> None:
         assert {h: m["n_samples"] for h, m in arm["after"].items()} == {"mswea2": 8, "mswea1": 8}
         assert {h: m["fingerprint"] for h, m in arm["after"].items()} == metrics["fingerprints"]
     assert metrics["arms"]["rebuilt"]["trained_in"] == "mswea2" and metrics["arms"]["rebuilt"]["loop"] == "rebuilt"
+    assert set(metrics["fidelity"]) == {"mswea2", "mswea1"}  # each proxy arm's rollouts through the rebuilt loop
+    for name, fid in metrics["fidelity"].items():
+        assert fid["trained_in"] == name and fid["rollouts"] >= 1 and fid["turns"] >= fid["rollouts"]
+    # the proxy-vs-rebuilt slice, a loop_comparison record of its own, read by `repro table`
+    loop = json.loads((run_dir / "loop_comparison" / "metrics.json").read_text())
+    assert (loop["kind"], loop["table"], set(loop["arms"])) == ("loop_comparison", "loop_comparison",
+                                                                 {"proxy", "rebuilt"})
+    assert loop["fingerprint"] == metrics["fingerprints"]["mswea2"]
+    assert loop["arms"]["rebuilt"]["weights_sha256"] == metrics["arms"]["rebuilt"]["weights_sha256"]
+    assert set(loop["fidelity"]) == {"2.4.6", "1.17.5"}
+    assert loop["rebuilt_minus_proxy"]["n"] == len(loop["arms"]["proxy"]["per_instance"]) == 4  # paired by task
+    assert (run_dir / "loop_comparison" / "overrides.txt").is_file()

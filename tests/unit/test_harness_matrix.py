@@ -87,7 +87,10 @@ def _run(seed: int, home: float, away: float) -> dict:
             "task_distribution": "d", "rl": {"steps": 1, "tasks_per_step": 1, "samples_per_task": 1, "seed": seed},
             "trainer": {}, "warm_start": {"key": "k"}, "warm": {h: _evaluation(v) for h, v in warm.items()},
             "warm_per_instance": warm,
+            "fidelity": {"h1": {"rollouts": 4, "turns": 10, "divergent_turns": 1},
+                         "h2": {"rollouts": 4, "turns": 10, "divergent_turns": 5 + seed}},
             "arms": {a: {"trained_in": a, "loop": "proxy", "per_instance": pi,
+                         "diagnostics": [{"calls_per_rollout": 2.0 + seed}, {"calls_per_rollout": 3.0}],
                          "after": {h: _evaluation(v) for h, v in pi.items()},
                          "paired_vs_warm": {h: {"delta": sum(v.values()) / 10 - 0.2} for h, v in pi.items()}}
                      for a, pi in arms.items()}}
@@ -105,3 +108,17 @@ def test_the_table_pools_seeds_and_shows_what_training_at_home_gains() -> None:
     assert home[("mini-swe-agent@2.4.6", "h2 (mini-swe-agent@1.17.5)")]["difference [95% CI]"].startswith("+30.0")
     assert home[("mini-swe-agent@2.4.6", "h2 (mini-swe-agent@1.17.5)")]["seed sd"] == "14.1"  # seeds +20, +40
     assert "Trained here minus trained elsewhere" in matrix_markdown(group)
+
+
+def test_the_loop_table_pools_calls_and_replayed_turns_over_seeds() -> None:
+    from repro.report.harness_matrix import loop_rows
+
+    group = [_run(0, 0.6, 0.4), _run(1, 0.8, 0.4)]
+    for run in group:  # a rebuilt arm makes the fidelity column
+        run["arms"]["rebuilt"] = run["arms"]["h1"] | {"loop": "rebuilt"}
+    rows = {r["training loop"]: r for r in loop_rows(group)}
+    column = "its rollouts replayed through rebuilt: divergent turns"
+    assert rows["h1 (mini-swe-agent@2.4.6)"]["calls per RL rollout"] == "2.75"  # (2 + 3 + 3 + 3) / 4
+    assert rows["h1 (mini-swe-agent@2.4.6)"][column] == "2/20 (10.0%), 8 rollouts"
+    assert rows["h2 (mini-swe-agent@1.17.5)"][column] == "11/20 (55.0%), 8 rollouts"
+    assert column not in rows["rebuilt (the rebuilt loop of mini-swe-agent@2.4.6)"]
