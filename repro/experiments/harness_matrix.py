@@ -41,19 +41,21 @@ from repro.tinymodel.recipe import build_recipe_model
 from repro.tracking import tracked
 
 REBUILT = "rebuilt"
-LOOP_SLICE = "loop_comparison"  # the folder (and table) of the proxy-vs-rebuilt slice of a matrix run
+LOOP_SLICE = "loop_comparison"  # the folder of the proxy-vs-rebuilt slice of a matrix run
 
 
 @dataclass
 class MatrixConfig:
     """The harnesses of the matrix (name -> harness config): the model's demonstrations run through each and every
     policy is evaluated in each. ``train_in``: the harnesses RL trains in through the proxy; ``rebuilt_of``: a
-    harness whose loop the trainer-owned rebuild runs as one more arm (empty: none)."""
+    harness whose loop the trainer-owned rebuild runs as one more arm (empty: none); ``loop_table``: the table of
+    the proxy-vs-rebuilt slice of ``rebuilt_of`` (a ``loop_comparison`` record; empty: not written)."""
 
     harnesses: dict[str, Any] = field(default_factory=dict)
     train_in: list[str] = field(default_factory=list)
     rebuilt_of: str = ""
     harness_workers: int = 2
+    loop_table: str = "loop_comparison"
 
     def __post_init__(self) -> None:
         unknown = [n for n in [*self.train_in, *([self.rebuilt_of] if self.rebuilt_of else [])]
@@ -209,7 +211,7 @@ def proxy_vs_rebuilt(prepared: Matrix, matrix: MatrixConfig, warm: dict[str, lis
     """The proxy arm of ``rebuilt_of`` and the rebuilt arm, both evaluated in that harness, as a
     ``loop_comparison`` record (fidelity keyed by harness version, as that table reads it); None without both."""
     home = matrix.rebuilt_of
-    if not home or home not in arms or REBUILT not in arms:
+    if not home or not matrix.loop_table or home not in arms or REBUILT not in arms:
         return None
     mini = prepared.minis[home]
     pair = {"proxy": home, REBUILT: REBUILT}
@@ -217,7 +219,7 @@ def proxy_vs_rebuilt(prepared: Matrix, matrix: MatrixConfig, warm: dict[str, lis
                   for kind, name in pair.items()}
     by_version = {prepared.minis[f["trained_in"]].spec.harness.version: f for f in fid.values()}
     metrics = comparison_metrics(mini, warm[home], slice_arms, by_version, rl, started)
-    return metrics | {"experiment": LOOP_SLICE, "table": LOOP_SLICE, "slice_of": str(prepared.run_dir)}
+    return metrics | {"experiment": matrix.loop_table, "table": matrix.loop_table, "slice_of": str(prepared.run_dir)}
 
 
 def write_slice(run_dir: Path, metrics: dict[str, Any]) -> Path:
