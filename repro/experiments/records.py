@@ -18,7 +18,10 @@ from repro.rl.evaluator import EvalConfig
 
 
 def per_instance(reports: list[Any]) -> dict[str, float]:
-    """Each instance's share of resolved samples (infra failures count as unsolved)."""
+    """Each instance's share of resolved samples, every sample as graded: an infrastructure failure counts by its
+    grade (unsolved when there was nothing to grade; a harness that crashed after its patch passed, e.g. mini 1.x's
+    EOF at the step-limit prompt, counts as solved). Pass@1 instead leaves infrastructure failures out of its
+    denominator, so the two differ by those samples."""
     outcomes: dict[str, list[float]] = {}
     for r in reports:
         outcomes.setdefault(r.instance_id, []).append(float(r.outcome == "resolved"))

@@ -14,6 +14,7 @@ from repro.evaluation.paired import paired_summary
 from repro.report.before_after import mean_over_seeds, seed_groups
 from repro.report.cells import delta_cell, mde_cell, mean_cell, pass_cell, run_name
 from repro.report.table_files import write_named_tables
+from repro.report.table_plots import image_link, table_plot
 
 WARM = "warm start"
 
@@ -131,7 +132,7 @@ def matrix_markdown(runs: list[dict[str, Any]]) -> str:
                      pd.DataFrame(loop_rows(group)).fillna("").to_markdown(index=False, disable_numparse=True), "",
                      "## Each seed", "",
                      pd.DataFrame([seed_cells(r) for r in group]).to_markdown(index=False, disable_numparse=True), "",
-                     _notes(first)]
+                     _notes(first), _provenance(group)]
     return "\n".join(sections) + "\n"
 
 
@@ -143,10 +144,29 @@ def _notes(run: dict[str, Any]) -> str:
             f"start (`{run['warm_start'].get('key', '?')}`, demonstrations through every harness). Frozen specs: "
             f"{specs}. Pass@1 at temperature {run.get('eval_temperature', '?')}, 95% intervals by bootstrap over "
             "instances of the per-instance means over seeds; differences are paired over instances in points; MDE = "
-            "the minimum detectable effect (alpha 0.05, power 0.8).\n\nRebuild: `repro run -m "
-            "experiment=harness_matrix seed=...`, then `repro table`.\n")
+            "the minimum detectable effect (alpha 0.05, power 0.8). Pooled cells and differences count every sample as "
+            "graded; the per-seed cells are Pass@1, which leaves infrastructure failures (listed in each record) out "
+            "of its denominator, so the two can differ by a few tenths. What the miniature does and does not "
+            "reproduce of real harness differences: `docs/miniature.md`.\n")
+
+
+def _provenance(group: list[dict[str, Any]]) -> str:
+    """The command that made the runs (their overrides, seeds joined) and where each run's record is."""
+    machine = ("seed=", "experiment=", "run.dir=", "run.output_root=")  # the seed joined below; paths of a machine
+    overrides = [o for o in group[0].get("overrides") or [] if not o.startswith(machine)]
+    seeds = ",".join(str(r.get("seed", "?")) for r in group)
+    command = " ".join(["repro run -m experiment=harness_matrix", *overrides, f"seed={seeds}"])
+    sources = ", ".join(f"`{r['run_dir']}`" for r in group)
+    return (f"Command: `{command}`, then `repro table` (each run's full configuration is in its record under "
+            f"`results/runs/`). Sources: {sources}.\n")
 
 
 def write_harness_matrix_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
-    """``results/<table>.md`` and ``.csv`` per table name."""
-    return write_named_tables(runs, results, matrix_markdown, csv_rows)
+    """``results/<table>.md`` and ``.csv`` per table name, and the heatmap of each CSV (``.svg``) linked below."""
+    written = write_named_tables(runs, results, matrix_markdown, csv_rows)
+    for csv in [p for p in written if p.suffix == ".csv"]:
+        svg, alt = table_plot(csv)
+        md = csv.with_suffix(".md")
+        md.write_text(md.read_text() + "\n" + image_link(svg, alt) + "\n")
+        written.append(svg)
+    return written

@@ -226,3 +226,32 @@ def sweep_heatmap(cells: pd.DataFrame) -> Figure:
         ax.set_title("Pass@1: harness x task distribution")
         fig.colorbar(image, ax=ax, label="Pass@1 (%)", shrink=0.8)
     return fig
+
+
+def matrix_heatmap(rows: pd.DataFrame) -> Figure:
+    """Trained in x evaluated in (columns ``trained in``, ``evaluated in``, ``pass_at_1``, ``seed``; the harness
+    matrix's CSV, a line per seed) as a heatmap of Pass@1 averaged over the seeds, each cell annotated."""
+    means = rows.groupby(["trained in", "evaluated in"], sort=False)["pass_at_1"].agg(["mean", "count"])
+    trained = list(dict.fromkeys(rows["trained in"]))
+    evaluated = sorted(set(rows["evaluated in"]))
+    grid = [[100 * means.loc[(t, e), "mean"] if (t, e) in means.index else math.nan for e in evaluated]
+            for t in trained]
+    with matplotlib.rc_context(SVG_RC):
+        fig = _figure(2.2 + 1.6 * len(evaluated), 0.9 + 0.5 * len(trained))
+        ax = fig.subplots()
+        top = max(40.0, *(v for row in grid for v in row if not math.isnan(v)))
+        image = ax.imshow(grid, cmap="Blues", vmin=0, vmax=top, aspect="auto")
+        for y, t in enumerate(trained):
+            for x, e in enumerate(evaluated):
+                if (t, e) in means.index:
+                    cell = means.loc[(t, e)]
+                    ax.text(x, y, f"{100 * cell['mean']:.1f}%\n{int(cell['count'])} seed(s)", ha="center",
+                            va="center", fontsize=8, color="white" if 100 * cell["mean"] > 0.6 * top else "#111827")
+        ax.set_xticks(range(len(evaluated)), [f"in {e}" for e in evaluated], fontsize=8)
+        ax.set_yticks(range(len(trained)), trained, fontsize=8)
+        ax.set_xlabel("evaluated in")
+        ax.set_ylabel("trained in")
+        ax.spines[:].set_visible(False)
+        ax.set_title("Pass@1, mean over seeds: trained in x evaluated in")
+        fig.colorbar(image, ax=ax, label="Pass@1 (%)", shrink=0.8)
+    return fig

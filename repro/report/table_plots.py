@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from repro.report.plots import pass_at_1_bars, rl_diagnostics, save_svg, sweep_heatmap
+from repro.report.plots import matrix_heatmap, pass_at_1_bars, rl_diagnostics, save_svg, sweep_heatmap
 
 
 def _columns(*names: str) -> frozenset[str]:
@@ -23,6 +23,7 @@ def _columns(*names: str) -> frozenset[str]:
 # (columns a CSV must have, figure, the Markdown image's alt text): the first match wins
 PLOTS: tuple[tuple[frozenset[str], Callable[[pd.DataFrame], Figure], str], ...] = (
     (_columns("step", "reward_mean"), rl_diagnostics, "RL diagnostics per step"),
+    (_columns("trained in", "evaluated in", "pass_at_1"), matrix_heatmap, "Pass@1 per training and evaluation harness"),
     (_columns("harness", "tasks", "pass_at_1", "n_tasks"), sweep_heatmap, "Pass@1 per harness and task distribution"),
     (_columns("experiment", "pass_at_1", "ci_low", "ci_high"), pass_at_1_bars, "Pass@1 with its interval per row"),
 )

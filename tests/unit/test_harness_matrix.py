@@ -122,3 +122,17 @@ def test_the_loop_table_pools_calls_and_replayed_turns_over_seeds() -> None:
     assert rows["h1 (mini-swe-agent@2.4.6)"][column] == "2/20 (10.0%), 8 rollouts"
     assert rows["h2 (mini-swe-agent@1.17.5)"][column] == "11/20 (55.0%), 8 rollouts"
     assert column not in rows["rebuilt (the rebuilt loop of mini-swe-agent@2.4.6)"]
+
+
+def test_the_tables_come_with_a_heatmap_of_the_csv(tmp_path: Path) -> None:
+    from repro.report.harness_matrix import write_harness_matrix_tables
+
+    runs = [_run(0, 0.6, 0.4) | {"table": "harness_matrix", "experiment": "harness_matrix",
+                                 "overrides": ["experiment=harness_matrix", "run.dir=/x/y", "seed=0", "tasks.n_tasks=9"]},
+            _run(1, 0.8, 0.4) | {"table": "harness_matrix", "experiment": "harness_matrix"}]
+    written = write_harness_matrix_tables(runs, tmp_path)
+    assert sorted(p.name for p in written) == ["harness_matrix.csv", "harness_matrix.md", "harness_matrix.svg"]
+    markdown = (tmp_path / "harness_matrix.md").read_text()
+    assert markdown.rstrip().endswith("(harness_matrix.svg)")
+    assert "`repro run -m experiment=harness_matrix tasks.n_tasks=9 seed=0,1`" in markdown  # no machine paths
+    assert "<svg" in (tmp_path / "harness_matrix.svg").read_text()
