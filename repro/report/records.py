@@ -28,6 +28,7 @@ import yaml
 from repro.accounting import cpu_model
 from repro.evaluation.summary import METRICS_FILE
 from repro.files import atomic_write_text
+from repro.report.record_codec import compact, expand
 from repro.secrets import REDACTED, without_secrets
 
 RECORD_FILE = "record.json"
@@ -183,8 +184,9 @@ def build_record(run_dir: Path, outputs: Path | None = None) -> dict[str, Any] |
 
 
 def record_text(record: dict[str, Any]) -> str:
-    """The record's file: JSON, one value a line (keys in the order the run wrote them)."""
-    return json.dumps(record, indent=1, ensure_ascii=False) + "\n"
+    """The record's file: JSON, one value a line (keys in the order the run wrote them), per-instance tables in
+    their compact form (:mod:`repro.report.record_codec`)."""
+    return json.dumps(compact(record), indent=1, ensure_ascii=False) + "\n"
 
 
 def write_if_changed(path: Path, text: str) -> bool:
@@ -224,7 +226,8 @@ def read_records(root: Path) -> dict[str, dict[str, Any]]:
     """The records under ``root`` (``<experiment>/<run-id>/record.json``), by record id."""
     found = {}
     for path in sorted(root.glob(f"*/*/{RECORD_FILE}")):
-        found[f"{path.parent.parent.name}/{path.parent.name}"] = _read_json(path)
+        record = _read_json(path)
+        found[f"{path.parent.parent.name}/{path.parent.name}"] = expand(record) if record is not None else None
     return found
 
 
