@@ -57,6 +57,9 @@ def calls_summary(histogram: dict[str, int]) -> str:
 
 
 def run_name(run_dir: str) -> str:
-    """A run's name in a table: its directory, with the sweep's when it is a multirun job (``<time>/0``)."""
+    """A run's name in a table: its directory, with the sweep's when it is a multirun job (``<time>/0``); a slice
+    of a run (``<run>/loop_comparison``) is named by that run."""
     path = Path(run_dir)
+    if path.name == "loop_comparison" and path.parent.name:
+        return run_name(str(path.parent))
     return f"{path.parent.name}/{path.name}" if path.name.isdigit() else path.name

@@ -127,8 +127,8 @@ def test_the_loop_table_pools_calls_and_replayed_turns_over_seeds() -> None:
 def test_the_tables_come_with_a_heatmap_of_the_csv(tmp_path: Path) -> None:
     from repro.report.harness_matrix import write_harness_matrix_tables
 
-    runs = [_run(0, 0.6, 0.4) | {"table": "harness_matrix", "experiment": "harness_matrix",
-                                 "overrides": ["experiment=harness_matrix", "run.dir=/x/y", "seed=0", "tasks.n_tasks=9"]},
+    overrides = ["experiment=harness_matrix", "run.dir=/x/y", "seed=0", "tasks.n_tasks=9"]
+    runs = [_run(0, 0.6, 0.4) | {"table": "harness_matrix", "experiment": "harness_matrix", "overrides": overrides},
             _run(1, 0.8, 0.4) | {"table": "harness_matrix", "experiment": "harness_matrix"}]
     written = write_harness_matrix_tables(runs, tmp_path)
     assert sorted(p.name for p in written) == ["harness_matrix.csv", "harness_matrix.md", "harness_matrix.svg"]
@@ -136,3 +136,11 @@ def test_the_tables_come_with_a_heatmap_of_the_csv(tmp_path: Path) -> None:
     assert markdown.rstrip().endswith("(harness_matrix.svg)")
     assert "`repro run -m experiment=harness_matrix tasks.n_tasks=9 seed=0,1`" in markdown  # no machine paths
     assert "<svg" in (tmp_path / "harness_matrix.svg").read_text()
+
+
+def test_the_loop_slice_of_a_run_is_named_by_its_run() -> None:
+    from repro.report.cells import run_name
+
+    assert run_name("outputs/harness_matrix/20261205-183250/0/loop_comparison") == "20261205-183250/0"
+    assert run_name("outputs/harness_matrix/20261205-183250-0-loop_comparison") == "20261205-183250-0-loop_comparison"
+    assert run_name("outputs/loop_comparison/20261205-183250") == "20261205-183250"
