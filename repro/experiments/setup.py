@@ -15,7 +15,7 @@ from repro.protocols import Harness, Sandbox
 from repro.proxy import ProxyConfig
 from repro.sandbox.local import LocalSandboxConfig
 from repro.sandbox.select import make_sandbox
-from repro.serving.stack import CpuServingConfig, Stack, running_stack
+from repro.serving.stack import Stack, running_stack
 from repro.tinymodel.model import TinyModelConfig
 from repro.tracking import TrackingConfig
 
@@ -61,9 +61,3 @@ class Setup:
         """The model server for ``model_dir`` and the proxy in front of it, logs and traces in ``run_dir``
         (``kwargs``: :func:`~repro.serving.stack.running_stack`'s)."""
         return running_stack(Path(model_dir), self.serving, self.proxy, Path(run_dir), **kwargs)
-
-
-def cpu_setup(model: TinyModelConfig, harness: Any, harness_name: str = "mini-swe-agent", **kwargs: Any) -> Setup:
-    """A :class:`Setup` on the CPU server with the default proxy (tests and scripts)."""
-    return Setup(model, kwargs.pop("serving", CpuServingConfig()), kwargs.pop("proxy", ProxyConfig()), harness,
-                 harness_name, **kwargs)
