@@ -162,10 +162,16 @@ def check_job_config(cfg: DictConfig) -> None:
                          "values marked ??? in its config file say what each one is)")
     fanout = cfg.get("fanout")
     if fanout is not None and fanout.get("kind", "local") != "local" and "fanout" not in cfg.job.get("setup", {}):
+        takers = ", ".join(fanout_experiments())
         raise SystemExit(f"error: experiment {cfg.run.name} runs its samples in this process only; fanout="
-                         f"{fanout.kind} works with the experiments whose job takes it (eval_bundled, harness_sweep, "
-                         "swebench_verified, rl_run, agl_swebench_qwen35_9b)")
+                         f"{fanout.kind} works with the experiments whose job takes it ({takers})")
     _check_nodes(cfg.job)
+
+
+def fanout_experiments() -> list[str]:
+    """The experiments whose job's setup takes the ``fanout`` group (their config passes ``fanout: ${fanout}``)."""
+    configs = Path(__file__).parent / "conf" / "experiment"
+    return sorted(p.stem for p in configs.glob("*.yaml") if "fanout: ${fanout}" in p.read_text(encoding="utf-8"))
 
 
 def _check_nodes(parent: DictConfig, prefix: str = "") -> None:

@@ -35,5 +35,6 @@ def test_an_evaluation_fans_its_samples_out_over_two_hosts(tmp_path: Path) -> No
 
 
 def test_fanout_is_refused_where_the_job_runs_samples_itself(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="runs its samples in this process only"):
+    with pytest.raises(SystemExit, match="runs its samples in this process only") as refused:
         main(["run", "experiment=smoke", "fanout=ray", f"run.output_root={tmp_path}"])
+    assert "tokenizer_drift" in str(refused.value) and "harness_sweep" in str(refused.value)  # found, not listed
