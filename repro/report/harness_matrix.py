@@ -74,6 +74,7 @@ def home_rows(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          "minus trained in": arm_label(first, other), "n": paired["n"],
                          "difference [95% CI]": delta_cell(paired), "MDE": mde_cell(paired),
                          "sign-flip p": f"{paired['sign_flip_p']:.3g}",
+                         "each seed": ", ".join(f"{100 * d:+.1f}" for d in seeds),
                          "seed sd": f"{100 * statistics.stdev(seeds):.1f}" if len(seeds) > 1 else "-"})
     return rows
 
@@ -146,7 +147,9 @@ def _notes(run: dict[str, Any]) -> str:
             "instances of the per-instance means over seeds; differences are paired over instances in points; MDE = "
             "the minimum detectable effect (alpha 0.05, power 0.8). Pooled cells and differences count every sample as "
             "graded; the per-seed cells are Pass@1, which leaves infrastructure failures (listed in each record) out "
-            "of its denominator, so the two can differ by a few tenths. What the miniature does and does not "
+            "of its denominator, so the two can differ by a few tenths. The pooled interval, p and MDE treat instances "
+            "as the random factor (each averaged over the seeds); the training seeds' own spread is in `each seed` "
+            "and `seed sd`, to be read beside them. What the miniature does and does not "
             "reproduce of real harness differences: `docs/miniature.md`.\n")
 
 

@@ -107,6 +107,7 @@ def test_the_table_pools_seeds_and_shows_what_training_at_home_gains() -> None:
     home = {(r["evaluated in"], r["minus trained in"]): r for r in home_rows(group)}
     assert home[("mini-swe-agent@2.4.6", "h2 (mini-swe-agent@1.17.5)")]["difference [95% CI]"].startswith("+30.0")
     assert home[("mini-swe-agent@2.4.6", "h2 (mini-swe-agent@1.17.5)")]["seed sd"] == "14.1"  # seeds +20, +40
+    assert home[("mini-swe-agent@2.4.6", "h2 (mini-swe-agent@1.17.5)")]["each seed"] == "+20.0, +40.0"
     assert "Trained here minus trained elsewhere" in matrix_markdown(group)
 
 
