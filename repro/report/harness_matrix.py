@@ -122,7 +122,7 @@ def seed_cells(run: dict[str, Any]) -> dict[str, Any]:
 def matrix_markdown(runs: list[dict[str, Any]]) -> str:
     sections = []
     for group in seed_groups(runs, config_key):
-        first, seeds = group[0], ",".join(str(r.get("seed", "?")) for r in group)
+        seeds = ",".join(str(r.get("seed", "?")) for r in group)
         sections += [f"## Trained in x evaluated in ({len(group)} seed{'s' if len(group) > 1 else ''}: {seeds})", "",
                      pd.DataFrame(matrix_rows(group)).fillna("").to_markdown(index=False, disable_numparse=True), ""]
         home = home_rows(group)
@@ -133,16 +133,17 @@ def matrix_markdown(runs: list[dict[str, Any]]) -> str:
                      pd.DataFrame(loop_rows(group)).fillna("").to_markdown(index=False, disable_numparse=True), "",
                      "## Each seed", "",
                      pd.DataFrame([seed_cells(r) for r in group]).to_markdown(index=False, disable_numparse=True), "",
-                     _notes(first), _provenance(group)]
+                     _notes(group), _provenance(group)]
     return "\n".join(sections) + "\n"
 
 
-def _notes(run: dict[str, Any]) -> str:
-    rl = run["rl"]
+def _notes(group: list[dict[str, Any]]) -> str:
+    run, rl = group[0], group[0]["rl"]
+    warm = ", ".join(f"seed {r.get('seed', '?')} `{r['warm_start'].get('key', '?')}`" for r in group)
     specs = ", ".join(f"{run['harnesses'][h]} `{fp[:8]}`" for h, fp in sorted(run["fingerprints"].items()))
     return (f"Held-out tasks `{run['task_distribution']}`; train tasks `{run['train_tasks']}`; every arm "
-            f"{rl['steps']} steps x {rl['tasks_per_step']} tasks x {rl['samples_per_task']} samples from the same warm "
-            f"start (`{run['warm_start'].get('key', '?')}`, demonstrations through every harness). Frozen specs: "
+            f"{rl['steps']} steps x {rl['tasks_per_step']} tasks x {rl['samples_per_task']} samples from its seed's "
+            f"warm start (demonstrations through every harness; {warm}). Frozen specs: "
             f"{specs}. Pass@1 at temperature {run.get('eval_temperature', '?')}, 95% intervals by bootstrap over "
             "instances of the per-instance means over seeds; differences are paired over instances in points; MDE = "
             "the minimum detectable effect (alpha 0.05, power 0.8). Pooled cells and differences count every sample as "
