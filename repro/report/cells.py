@@ -63,3 +63,18 @@ def run_name(run_dir: str) -> str:
     if path.name == "loop_comparison" and path.parent.name:
         return run_name(str(path.parent))
     return f"{path.parent.name}/{path.name}" if path.name.isdigit() else path.name
+
+
+_NOT_IN_COMMANDS = ("seed=", "experiment=", "run.dir=", "run.output_root=")  # joined below, or a machine's paths
+
+
+def command_line(runs: list[dict[str, Any]]) -> str:
+    """``repro run -m experiment=X <overrides> seed=0,1,2``: the command that made ``runs`` (the first run's
+    overrides, without a machine's paths; the experiment it was started with, else its table's)."""
+    first = runs[0]
+    overrides = first.get("overrides") or []
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")]
+    experiment = chosen[0] if chosen else first.get("experiment", "?")
+    seeds = ",".join(dict.fromkeys(str(r.get("seed", "?")) for r in runs))
+    kept = [o for o in overrides if not o.startswith(_NOT_IN_COMMANDS)]
+    return " ".join(["repro run -m", f"experiment={experiment}", *kept, f"seed={seeds}"])

@@ -12,7 +12,7 @@ import pandas as pd
 
 from repro.evaluation.paired import paired_summary
 from repro.report.before_after import mean_over_seeds, seed_groups
-from repro.report.cells import delta_cell, mde_cell, mean_cell, pass_cell, run_name
+from repro.report.cells import command_line, delta_cell, mde_cell, mean_cell, pass_cell, run_name
 from repro.report.table_files import write_named_tables
 from repro.report.table_plots import image_link, table_plot
 
@@ -155,14 +155,10 @@ def _notes(group: list[dict[str, Any]]) -> str:
 
 
 def _provenance(group: list[dict[str, Any]]) -> str:
-    """The command that made the runs (their overrides, seeds joined) and where each run's record is."""
-    machine = ("seed=", "experiment=", "run.dir=", "run.output_root=")  # the seed joined below; paths of a machine
-    overrides = [o for o in group[0].get("overrides") or [] if not o.startswith(machine)]
-    seeds = ",".join(str(r.get("seed", "?")) for r in group)
-    command = " ".join(["repro run -m experiment=harness_matrix", *overrides, f"seed={seeds}"])
+    """The command that made the runs and where each run's record is."""
     sources = ", ".join(f"`{r['run_dir']}`" for r in group)
-    return (f"Command: `{command}`, then `repro table` (each run's full configuration is in its record under "
-            f"`results/runs/`). Sources: {sources}.\n")
+    return (f"Command: `{command_line(group)}`, then `repro table` (each run's full configuration is in its record "
+            f"under `results/runs/`). Sources: {sources}.\n")
 
 
 def write_harness_matrix_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:

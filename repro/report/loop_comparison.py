@@ -10,7 +10,17 @@ import pandas as pd
 
 from repro.evaluation.paired import paired_summary
 from repro.report.before_after import mean_over_seeds, seed_groups
-from repro.report.cells import calls_summary, delta_cell, mde_cell, mean_cell, pass_at_k_cell, pass_cell, pct, run_name
+from repro.report.cells import (
+    calls_summary,
+    command_line,
+    delta_cell,
+    mde_cell,
+    mean_cell,
+    pass_at_k_cell,
+    pass_cell,
+    pct,
+    run_name,
+)
 from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
 from repro.report.table_files import write_named_tables
 from repro.report.tokenizer_drift import TOKENIZER_NAMES
@@ -139,8 +149,15 @@ def comparison_markdown(runs: list[dict[str, Any]]) -> str:
              "token for token; rebuilt drift: share of the rebuilt loop's prompts that differ from re-rendering its "
              "own messages; `⟦` marks the first differing token. Tokenizer: the model's (recipe BPE: the project's "
              "own, trained on the recipe corpus, on both sides of every call; on Qwen3's real tokenizer see "
-             "`fidelity_real_tokenizer.md`)."]
+             "`fidelity_real_tokenizer.md`).", "", _provenance(runs)]
     return "\n".join(lines) + "\n"
+
+
+def _provenance(runs: list[dict[str, Any]]) -> str:
+    """The command that made the runs (a slice of another experiment's runs says so) and their sources."""
+    sliced = " (the proxy and rebuilt arms of each of its runs)" if runs[0].get("slice_of") else ""
+    sources = ", ".join(f"`{r['run_dir']}`" for r in runs)
+    return f"Command: `{command_line(runs)}`{sliced}, then `repro table`. Sources: {sources}."
 
 
 def _warm_starts(runs: list[dict[str, Any]]) -> str:

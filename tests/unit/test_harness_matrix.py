@@ -145,3 +145,12 @@ def test_the_loop_slice_of_a_run_is_named_by_its_run() -> None:
     assert run_name("outputs/harness_matrix/20261205-183250/0/loop_comparison") == "20261205-183250/0"
     assert run_name("outputs/harness_matrix/20261205-183250-0-loop_comparison") == "20261205-183250-0-loop_comparison"
     assert run_name("outputs/loop_comparison/20261205-183250") == "20261205-183250"
+
+
+def test_the_command_line_joins_the_seeds_and_drops_machine_paths() -> None:
+    from repro.report.cells import command_line
+
+    runs = [{"seed": s, "experiment": "loop_comparison", "overrides": [
+        "experiment=harness_matrix", "run.output_root=/data/out", f"seed={s}", "tasks.n_tasks=9"]} for s in (0, 1, 2)]
+    assert command_line(runs) == "repro run -m experiment=harness_matrix tasks.n_tasks=9 seed=0,1,2"
+    assert command_line([{"seed": 3, "experiment": "mini_repro"}]) == "repro run -m experiment=mini_repro seed=3"
