@@ -5,6 +5,7 @@ and the RL rollouts all run with the unchanged mini-SWE-agent acting inside task
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ def test_the_miniature_runs_every_phase_inside_task_containers(tmp_path: Path) -
     engine = docker_engine()
     built = repro_cli("images", "build", *TINY)
     assert built.returncode == 0, built.stderr[-2000:]
-    out = repro_cli("run", *TINY, f"run.output_root={tmp_path}")
+    run_id = f"repro-test-miniature-{uuid.uuid4().hex[:8]}"  # its containers' label (other tests run beside it)
+    out = repro_cli("run", *TINY, f"sandbox.run_id={run_id}", f"run.output_root={tmp_path}")
     assert out.returncode == 0, out.stderr[-3000:]
     (metrics_path,) = tmp_path.glob("mini_repro/*/metrics.json")
     metrics, run_dir = json.loads(metrics_path.read_text()), metrics_path.parent
@@ -42,4 +44,4 @@ def test_the_miniature_runs_every_phase_inside_task_containers(tmp_path: Path) -
     for path in trajectories:
         info = json.loads(path.read_text())["info"]["config"]
         assert info["environment_type"] == "minisweagent.environments.docker.DockerEnvironment", path
-    assert engine.containers.list(all=True, filters={"label": LABEL_RUN}) == []
+    assert engine.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}) == []
