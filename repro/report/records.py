@@ -20,6 +20,7 @@ import copy
 import json
 import os
 import platform
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +94,9 @@ def prune(metrics: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 def path_roots(outputs: Path | None = None) -> list[tuple[str, str]]:
     """(absolute prefix, what replaces it) for the paths a record may name, longest first: the repository (the
-    working directory) and the folder holding ``outputs`` become relative, the home directory ``~``."""
-    roots = [(Path.cwd(), ""), (Path.home(), "~/")]
+    working directory) and the folder holding ``outputs`` become relative, the home directory ``~``, the temporary
+    directory ``$TMPDIR`` (sandbox workspaces show up in recorded prompts)."""
+    roots = [(Path(tempfile.gettempdir()), "$TMPDIR/"), (Path.cwd(), ""), (Path.home(), "~/")]
     if outputs is not None:
         roots.append((Path(outputs).resolve().parent, ""))
     prefixes = {str(p.resolve()).rstrip("/") + "/": new for p, new in reversed(roots) if str(p.resolve()) != "/"}

@@ -266,3 +266,13 @@ def test_a_run_outside_the_repository_is_named_under_its_outputs_root(tmp_path: 
     record = build_record(outputs / "mini_repro" / "20261201-100000" / "0", outputs)
     assert record["run_dir"] == "outputs/mini_repro/20261201-100000/0"
     assert not [s for s in _strings(record) if s.startswith("/")]
+
+
+def test_a_record_names_no_temporary_path_of_its_machine(tmp_path: Path) -> None:
+    import tempfile
+
+    from repro.report.records import path_roots, relative_paths
+
+    excerpt = f"7 ({tempfile.gettempdir()}/repro-workspaces-abc/step_000--task/file.py"
+    scrubbed = relative_paths({"fidelity": {"example": excerpt}}, path_roots(tmp_path / "outputs"))
+    assert scrubbed == {"fidelity": {"example": "7 ($TMPDIR/repro-workspaces-abc/step_000--task/file.py"}}
