@@ -162,7 +162,8 @@ def train_arm(matrix: Matrix, arm: tuple[str, str, str], rl: RLConfig) -> dict[s
             history = trainer.fit(mini.rl_tasks)
         with acct.phase("eval_after"):
             after = matrix.evaluate_all(stack, arm_dir / "eval", f"rl-{name}")
-    return {"trained_in": trained_in, "loop": kind, "after": after, "history": history, "probe": trainer.probe,
+    return {"trained_in": trained_in, "loop": kind, "dir": arm_dir, "after": after, "history": history,
+            "probe": trainer.probe,
             "weights_sha256": weights_sha256(policy), "compute": acct.to_dict(), "wall_s": time.time() - started}
 
 
@@ -200,8 +201,8 @@ def matrix_fidelity(prepared: Matrix, matrix: MatrixConfig, arms: dict[str, dict
         return {}
     mini = prepared.minis[matrix.rebuilt_of]
     tasks = {t.instance_id: t for t in [*mini.test_list, *mini.rl_tasks]}
-    return {name: replay_store(prepared.run_dir / f"arm_{name}" / "traces.sqlite", tasks, mini.cfg.setup.harness,
-                               mini.warm_dir, mini.box, cfg, mode="train") | {"trained_in": arm["trained_in"]}
+    return {name: replay_store(arm["dir"] / "traces.sqlite", tasks, mini.cfg.setup.harness, mini.warm_dir,
+                               mini.box, cfg, mode="train") | {"trained_in": arm["trained_in"]}
             for name, arm in arms.items() if arm["loop"] == "proxy"}
 
 
@@ -215,8 +216,7 @@ def proxy_vs_rebuilt(prepared: Matrix, matrix: MatrixConfig, warm: dict[str, lis
         return None
     mini = prepared.minis[home]
     pair = {"proxy": home, REBUILT: REBUILT}
-    slice_arms = {kind: arms[name] | {"after": arms[name]["after"][home], "dir": prepared.run_dir / f"arm_{name}"}
-                  for kind, name in pair.items()}
+    slice_arms = {kind: arms[name] | {"after": arms[name]["after"][home]} for kind, name in pair.items()}
     by_version = {prepared.minis[f["trained_in"]].spec.harness.version: f for f in fid.values()}
     metrics = comparison_metrics(mini, warm[home], slice_arms, by_version, rl, started)
     return metrics | {"experiment": matrix.loop_table, "table": matrix.loop_table, "slice_of": str(prepared.run_dir)}

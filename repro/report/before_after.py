@@ -17,7 +17,17 @@ import pandas as pd
 
 from repro.evaluation.paired import paired_summary
 from repro.pricing import cost_cell
-from repro.report.cells import calls_summary, delta_cell, mde_cell, mean_cell, pass_at_k_cell, pass_cell, pct, run_name
+from repro.report.cells import (
+    calls_summary,
+    delta_cell,
+    hydra_experiment,
+    mde_cell,
+    mean_cell,
+    pass_at_k_cell,
+    pass_cell,
+    pct,
+    run_name,
+)
 from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
 from repro.report.table_files import write_named_tables
 
@@ -218,12 +228,6 @@ def _kept(probe: dict[str, Any]) -> str:
     if fallback:
         text += f"; < min {fallback['min_tasks']}: {fallback['rule']}, all {fallback['tasks']}"
     return text
-
-
-def hydra_experiment(run: dict[str, Any]) -> str:
-    """The experiment config a run was started with (its ``experiment=`` override), else its table's name."""
-    chosen = [o.split("=", 1)[1] for o in run.get("overrides") or [] if o.startswith("experiment=")]
-    return chosen[0] if chosen else run["experiment"]
 
 
 def run_markdown(runs: list[dict[str, Any]]) -> str:

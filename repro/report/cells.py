@@ -71,10 +71,12 @@ _NOT_IN_COMMANDS = ("seed=", "experiment=", "run.dir=", "run.output_root=")  # j
 def command_line(runs: list[dict[str, Any]]) -> str:
     """``repro run -m experiment=X <overrides> seed=0,1,2``: the command that made ``runs`` (the first run's
     overrides, without a machine's paths; the experiment it was started with, else its table's)."""
-    first = runs[0]
-    overrides = first.get("overrides") or []
-    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")]
-    experiment = chosen[0] if chosen else first.get("experiment", "?")
     seeds = ",".join(dict.fromkeys(str(r.get("seed", "?")) for r in runs))
-    kept = [o for o in overrides if not o.startswith(_NOT_IN_COMMANDS)]
-    return " ".join(["repro run -m", f"experiment={experiment}", *kept, f"seed={seeds}"])
+    kept = [o for o in runs[0].get("overrides") or [] if not o.startswith(_NOT_IN_COMMANDS)]
+    return " ".join(["repro run -m", f"experiment={hydra_experiment(runs[0])}", *kept, f"seed={seeds}"])
+
+
+def hydra_experiment(run: dict[str, Any]) -> str:
+    """The experiment config a run was started with (its ``experiment=`` override), else its table's name."""
+    chosen = [o.split("=", 1)[1] for o in run.get("overrides") or [] if o.startswith("experiment=")]
+    return chosen[0] if chosen else run.get("experiment", "?")

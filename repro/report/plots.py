@@ -203,6 +203,31 @@ def distribution_labels(names: Sequence[str]) -> list[str]:
     return ["\n".join(p[shared:]) for p in parts]
 
 
+def _annotated_heatmap(grid: list[list[float]], texts: list[list[str]], columns: list[str], rows: list[str],
+                       title: str, top: float, size: tuple[float, float],
+                       axis_labels: tuple[str, str] | None = None) -> Figure:
+    """Pass@1 (%) in ``grid`` (rows x columns, NaN: no cell) as a heatmap from 0 to ``top``, each cell annotated
+    with its text (white on the darkest cells)."""
+    with matplotlib.rc_context(SVG_RC):
+        fig = _figure(*size)
+        ax = fig.subplots()
+        image = ax.imshow(grid, cmap="Blues", vmin=0, vmax=top, aspect="auto")
+        for y, row in enumerate(texts):
+            for x, text in enumerate(row):
+                if text:
+                    dark = grid[y][x] > 0.6 * top
+                    ax.text(x, y, text, ha="center", va="center", fontsize=8, color="white" if dark else "#111827")
+        ax.set_xticks(range(len(columns)), columns, fontsize=8)
+        ax.set_yticks(range(len(rows)), rows, fontsize=8)
+        if axis_labels:
+            ax.set_xlabel(axis_labels[0])
+            ax.set_ylabel(axis_labels[1])
+        ax.spines[:].set_visible(False)
+        ax.set_title(title)
+        fig.colorbar(image, ax=ax, label="Pass@1 (%)", shrink=0.8)
+    return fig
+
+
 def sweep_heatmap(cells: pd.DataFrame) -> Figure:
     """The harness x task-distribution matrix (columns ``harness``, ``tasks``, ``pass_at_1``, ``n_tasks``; the
     sweep table's CSV) as a heatmap of Pass@1, each cell annotated."""
@@ -210,22 +235,10 @@ def sweep_heatmap(cells: pd.DataFrame) -> Figure:
     tasks = sorted(set(cells["tasks"]))
     values = {(r.harness, r.tasks): r for r in cells.itertuples()}
     grid = [[100 * values[(h, t)].pass_at_1 if (h, t) in values else math.nan for t in tasks] for h in harnesses]
-    with matplotlib.rc_context(SVG_RC):
-        fig = _figure(1.8 + 1.9 * len(tasks), 0.9 + 0.55 * len(harnesses))
-        ax = fig.subplots()
-        image = ax.imshow(grid, cmap="Blues", vmin=0, vmax=100, aspect="auto")
-        for y, h in enumerate(harnesses):
-            for x, t in enumerate(tasks):
-                cell = values.get((h, t))
-                text = "-" if cell is None else f"{100 * cell.pass_at_1:.1f}%\nn={cell.n_tasks}"
-                dark = cell is not None and cell.pass_at_1 > 0.6
-                ax.text(x, y, text, ha="center", va="center", fontsize=8, color="white" if dark else "#111827")
-        ax.set_xticks(range(len(tasks)), distribution_labels(tasks), fontsize=8)
-        ax.set_yticks(range(len(harnesses)), harnesses, fontsize=8)
-        ax.spines[:].set_visible(False)
-        ax.set_title("Pass@1: harness x task distribution")
-        fig.colorbar(image, ax=ax, label="Pass@1 (%)", shrink=0.8)
-    return fig
+    texts = [["-" if (h, t) not in values else f"{100 * values[(h, t)].pass_at_1:.1f}%\nn={values[(h, t)].n_tasks}"
+              for t in tasks] for h in harnesses]
+    return _annotated_heatmap(grid, texts, distribution_labels(tasks), harnesses, "Pass@1: harness x task distribution",
+                              100, (1.8 + 1.9 * len(tasks), 0.9 + 0.55 * len(harnesses)))
 
 
 def matrix_heatmap(rows: pd.DataFrame) -> Figure:
@@ -236,22 +249,9 @@ def matrix_heatmap(rows: pd.DataFrame) -> Figure:
     evaluated = sorted(set(rows["evaluated in"]))
     grid = [[100 * means.loc[(t, e), "mean"] if (t, e) in means.index else math.nan for e in evaluated]
             for t in trained]
-    with matplotlib.rc_context(SVG_RC):
-        fig = _figure(2.2 + 1.6 * len(evaluated), 0.9 + 0.5 * len(trained))
-        ax = fig.subplots()
-        top = max(40.0, *(v for row in grid for v in row if not math.isnan(v)))
-        image = ax.imshow(grid, cmap="Blues", vmin=0, vmax=top, aspect="auto")
-        for y, t in enumerate(trained):
-            for x, e in enumerate(evaluated):
-                if (t, e) in means.index:
-                    cell = means.loc[(t, e)]
-                    ax.text(x, y, f"{100 * cell['mean']:.1f}%\n{int(cell['count'])} seed(s)", ha="center",
-                            va="center", fontsize=8, color="white" if 100 * cell["mean"] > 0.6 * top else "#111827")
-        ax.set_xticks(range(len(evaluated)), [f"in {e}" for e in evaluated], fontsize=8)
-        ax.set_yticks(range(len(trained)), trained, fontsize=8)
-        ax.set_xlabel("evaluated in")
-        ax.set_ylabel("trained in")
-        ax.spines[:].set_visible(False)
-        ax.set_title("Pass@1, mean over seeds: trained in x evaluated in")
-        fig.colorbar(image, ax=ax, label="Pass@1 (%)", shrink=0.8)
-    return fig
+    texts = [[f"{100 * means.loc[(t, e), 'mean']:.1f}%\n{int(means.loc[(t, e), 'count'])} seed(s)"
+              if (t, e) in means.index else "" for e in evaluated] for t in trained]
+    top = max(40.0, *(v for row in grid for v in row if not math.isnan(v)))
+    return _annotated_heatmap(grid, texts, [f"in {e}" for e in evaluated], trained,
+                              "Pass@1, mean over seeds: trained in x evaluated in", top,
+                              (2.2 + 1.6 * len(evaluated), 0.9 + 0.5 * len(trained)), ("evaluated in", "trained in"))
