@@ -1,5 +1,5 @@
-"""Anthropic Messages <-> chat completions, for the proxy's ``/v1/messages`` route (issue 35, step 1: the
-translation; the route comes next).
+"""Anthropic Messages <-> chat completions, for the proxy's ``/v1/messages`` route (streaming:
+:mod:`repro.proxy.anthropic_stream`).
 
 The model servers return the sampled token ids and logprobs on chat completions only (vLLM 0.32's own
 ``/v1/messages`` has no ``return_token_ids``), so a Messages request is translated to a chat request for the
@@ -19,22 +19,15 @@ upstream and the chat answer back to a Message. Rules, for what a local model ca
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import uuid
 from typing import Any
 
+from repro.proxy.dialects import Translated
 from repro.proxy.errors import bad_request
 
 DROPPED_FIELDS = ("thinking", "context_management", "metadata", "service_tier", "top_k", "container", "mcp_servers")
 _PLACEHOLDERS = {"image": "[image omitted]", "document": "[document omitted]"}
-_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
-
-
-@dataclass
-class Translated:
-    """A chat completions request and what of the Messages request it could not carry."""
-
-    chat: dict[str, Any]
-    ignored: list[str] = field(default_factory=list)
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
 
 
 def messages_to_chat(req: dict[str, Any]) -> Translated:
@@ -155,6 +148,11 @@ def chat_to_message(body: dict[str, Any], model: str) -> dict[str, Any]:
                         "input": arguments})
     usage = body.get("usage") or {}
     tokens = {"input_tokens": usage.get("prompt_tokens", 0), "output_tokens": usage.get("completion_tokens", 0)}
-    return {"id": body.get("id", ""), "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": _STOP_REASONS.get(choice.get("finish_reason") or "stop", "end_turn"),
+    return {"id": message_id(body.get("id")), "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": STOP_REASONS.get(choice.get("finish_reason") or "stop", "end_turn"),
             "stop_sequence": None, "usage": tokens}
+
+
+def message_id(chat_id: Any) -> str:
+    """A Message id for the upstream's chat completion id (a random one when it has none)."""
+    return f"msg_{chat_id}" if chat_id else f"msg_{uuid.uuid4().hex[:24]}"

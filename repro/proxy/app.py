@@ -7,6 +7,9 @@ Routes::
     POST /rollouts/{id}/finish                       set status / reward / failure_reason
     POST /rollouts/{id}/v1/chat/completions          forwarded + recorded (streaming or not)
     POST /rollouts/{id}/v1/completions               forwarded + recorded
+    POST /rollouts/{id}/v1/messages                  Anthropic Messages, translated to chat (repro.proxy.dialects)
+    POST /rollouts/{id}/v1/messages/count_tokens     the translated prompt's length (upstream /tokenize); not recorded
+    POST /rollouts/{id}/v1/responses                 OpenAI Responses, translated to chat
     POST /rollouts/{id}/purpose/{purpose}/v1/...     the same, the call recorded with that purpose (auxiliary,
                                                      summary: a harness's side calls; see routes.purpose_base_url)
     GET  /rollouts/{id}/v1/models, GET /v1/models    forwarded
@@ -23,17 +26,22 @@ import time
 from typing import Any
 
 from repro.asgi import Receive, Send, declared_length, read_body, send_bytes, send_json
+from repro.proxy.anthropic_stream import MessagesDialect
 from repro.proxy.config import ProxyConfig
+from repro.proxy.dialects import Dialect
 from repro.proxy.errors import ProxyError, bad_request
-from repro.proxy.forward import Forwarder
+from repro.proxy.forward import Answer, Forwarder
 from repro.proxy.registry import RolloutRegistry
 from repro.proxy.routes import PURPOSE_SEGMENT, check_purpose
 from repro.proxy.validation import check_chat, check_completion, check_rollout_id, parse_json_object, storable_request
 from repro.store import CallRecord, GroupCommitWriter, SqliteTraceStore, TraceStoreConfig
 
 _RECORDED_HEADERS = frozenset({b"user-agent", b"x-stainless-retry-count", b"x-stainless-lang",
-                               b"x-stainless-package-version", b"x-stainless-runtime", b"x-request-id"})
+                               b"x-stainless-package-version", b"x-stainless-runtime", b"x-request-id",
+                               b"anthropic-version", b"anthropic-beta"})
 _ENDPOINTS = {"v1/chat/completions": "chat", "v1/completions": "completions"}
+_DIALECTS: dict[str, Dialect] = {"v1/messages": MessagesDialect()}
+_COUNT_TOKENS = "v1/messages/count_tokens"
 log = logging.getLogger(__name__)
 
 
@@ -70,7 +78,7 @@ class ProxyApp:
             try:
                 await self._route(scope, receive, send)
             except ProxyError as exc:
-                await send_bytes(send, exc.status, exc.body())
+                await send_bytes(send, exc.status, _error_body(scope["path"], exc))
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
 
@@ -98,6 +106,10 @@ class ProxyApp:
             endpoint = _ENDPOINTS.get(rest)
             if endpoint is not None and method == "POST":
                 return await self._completion(rollout_id, endpoint, scope, receive, send, purpose)
+            if rest in _DIALECTS and method == "POST":
+                return await self._translated(rollout_id, _DIALECTS[rest], scope, receive, send, purpose)
+            if rest == _COUNT_TOKENS and method == "POST":
+                return await self._count_tokens(rollout_id, scope, receive, send)
             if rest == "v1/models" and method == "GET":
                 return await self.forwarder.models(send)
             if rest == "" and method == "GET":
@@ -129,16 +141,42 @@ class ProxyApp:
         t_start = time.time()
         request = parse_json_object(await self._body(scope, receive))
         (check_chat if endpoint == "chat" else check_completion)(request)
+        call = self._new_call(rollout_id, endpoint, scope, storable_request(request), request, t_start, purpose)
+        await self.forwarder.forward(call, request, receive, send)
+
+    async def _translated(self, rollout_id: str, dialect: Dialect, scope: dict[str, Any], receive: Receive,
+                          send: Send, purpose: str) -> None:
+        """A dialect's call: translated to chat, recorded in that shape (``translated_from`` names the API and what
+        it dropped), answered in the dialect's API."""
+        t_start = time.time()
+        original = parse_json_object(await self._body(scope, receive))
+        translated = dialect.to_chat(original)
+        check_chat(translated.chat)
+        if translated.chat.get("stream") is True:  # the dialects report usage at the end of a stream
+            translated.chat.setdefault("stream_options", {"include_usage": True})
+        stored = {**storable_request(translated.chat),
+                  "translated_from": {"api": dialect.api, "ignored": sorted(set(translated.ignored))}}
+        call = self._new_call(rollout_id, dialect.api, scope, stored, translated.chat, t_start, purpose)
+        await self.forwarder.forward(call, translated.chat, receive, send, Answer(dialect, original))
+
+    def _new_call(self, rollout_id: str, endpoint: str, scope: dict[str, Any], stored: dict[str, Any],
+                  request: dict[str, Any], t_start: float, purpose: str) -> CallRecord:
         seq, overrides = self.registry.next_seq(rollout_id)  # 404 here: nothing has been written
         headers = {k.decode(): v.decode("latin-1") for k, v in scope["headers"] if k in _RECORDED_HEADERS}
         retry = headers.get("x-stainless-retry-count")
-        call = CallRecord(
-            rollout_id=rollout_id, seq=seq, endpoint=endpoint, status="ok", request=storable_request(request),
+        return CallRecord(
+            rollout_id=rollout_id, seq=seq, endpoint=endpoint, status="ok", request=stored,
             streamed=request.get("stream") is True, retry_count=int(retry) if retry and retry.isdigit() else None,
             client_headers=headers, sampling_overrides=overrides,
             t_start=t_start, purpose=purpose, policy_version=self.policy_version,
         )
-        await self.forwarder.forward(call, request, receive, send)
+
+    async def _count_tokens(self, rollout_id: str, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        """Anthropic's count_tokens: the length of the translated prompt as the upstream renders it."""
+        request = parse_json_object(await self._body(scope, receive))
+        translated = _DIALECTS["v1/messages"].to_chat({"max_tokens": 1, **request})
+        count = await self.forwarder.count_tokens(translated.chat)
+        await send_json(send, 200, {"input_tokens": count})
 
     async def _set_policy_version(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         """Calls that start from now on record ``version`` (the RL step whose weights the server now holds), so
@@ -175,6 +213,14 @@ class ProxyApp:
         except KeyError:
             raise ProxyError(404, f"unknown rollout {rollout_id!r}", kind="not_found_error") from None
         await send_json(send, 200, self._rollout_info(rollout_id))
+
+
+def _error_body(path: str, error: ProxyError) -> bytes:
+    """The error in the format of the API the path belongs to (Anthropic's for ``/v1/messages``...)."""
+    for suffix, dialect in _DIALECTS.items():
+        if path.endswith(suffix) or path.endswith(suffix + "/count_tokens"):
+            return dialect.error_body(error)
+    return error.body()
 
 
 def _purpose_of(rest: str) -> tuple[str, str]:

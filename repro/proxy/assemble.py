@@ -67,8 +67,10 @@ class _ToolCall:
 class StreamAccumulator:
     """Parses SSE bytes as they pass through and assembles choice 0 of the stream into one record."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_chunks: bool = False) -> None:
         self._pending = b""
+        self.keep_chunks = keep_chunks  # keep parsed chunks for :meth:`take_chunks` (a translating route's stream)
+        self._chunks: list[dict[str, Any]] = []
         self.done = False
         self.meta: dict[str, Any] = {}
         self.prompt_ids: list[int] | None = None
@@ -118,7 +120,14 @@ class StreamAccumulator:
             message = error.get("message") if isinstance(error, dict) else error
             self.upstream_error = self.upstream_error or str(message)[:2000]
 
+    def take_chunks(self) -> list[dict[str, Any]]:
+        """The chunks parsed since the last call (only with ``keep_chunks``)."""
+        chunks, self._chunks = self._chunks, []
+        return chunks
+
     def _on_chunk(self, chunk: dict[str, Any]) -> None:
+        if self.keep_chunks:
+            self._chunks.append(chunk)
         if not self.meta:
             self.meta = {k: chunk.get(k) for k in ("id", "created", "model")}
         if chunk.get("prompt_token_ids") is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,15 +20,39 @@ import orjson
 from repro.asgi import SSE_HEADERS, Receive, Send, send_bytes
 from repro.proxy.assemble import StreamAccumulator, StreamFormatError, extract_response
 from repro.proxy.config import ProxyConfig
+from repro.proxy.dialects import Dialect, StreamTranslator
 from repro.proxy.errors import ProxyError, upstream_error
 from repro.proxy.sampled import check_sampled
 from repro.proxy.upstream import Response, UpstreamError, UpstreamPool, UpstreamTimeout
 from repro.store import CallRecord, GroupCommitWriter
 from repro.store.writer import CallNotStored, TraceWriteError
 
-_PATHS = {"chat": b"/v1/chat/completions", "completions": b"/v1/completions"}
+_PATHS = {"chat": b"/v1/chat/completions", "completions": b"/v1/completions"}  # a dialect's call goes to chat
 _FAILURES = (UpstreamError, UpstreamTimeout, OSError)
 _DONE = b"data: [DONE]"
+
+
+@dataclass
+class Answer:
+    """How a call's answer is written: the upstream's bytes unchanged, or in a dialect's API (``original`` is the
+    harness's request before translation)."""
+
+    dialect: Dialect | None = None
+    original: dict[str, Any] | None = None
+
+    def body(self, data: bytes, call: CallRecord) -> bytes:
+        if self.dialect is None:
+            return data
+        return orjson.dumps(self.dialect.response(call.response or {}, self.original or {}))
+
+    def error_body(self, error: ProxyError) -> bytes:
+        return error.body() if self.dialect is None else self.dialect.error_body(error)
+
+    def translator(self) -> StreamTranslator | None:
+        return None if self.dialect is None else self.dialect.stream(self.original or {})
+
+
+_PASS_THROUGH = Answer()
 
 
 class Forwarder:
@@ -45,13 +70,15 @@ class Forwarder:
                                  api_key=config.resolved_upstream_api_key())
         self._queued: set[tuple[str, int]] = set()  # calls handed to the writer, so a cancel does not add a second
 
-    async def forward(self, call: CallRecord, request: dict[str, Any], receive: Receive, send: Send) -> None:
-        """Forward and record one call. A call cancelled in flight (the proxy is stopping) is recorded as aborted."""
+    async def forward(self, call: CallRecord, request: dict[str, Any], receive: Receive, send: Send,
+                      answer: Answer = _PASS_THROUGH) -> None:
+        """Forward and record one call (``request`` is a chat or completions request; ``answer`` says in which API to
+        answer). A call cancelled in flight (the proxy is stopping) is recorded as aborted."""
         try:
             if call.streamed:
-                await self.stream(call, request, receive, send)
+                await self.stream(call, request, receive, send, answer)
             else:
-                await self.unary(call, request, send)
+                await self.unary(call, request, send, answer)
         except asyncio.CancelledError:
             if (call.rollout_id, call.seq) not in self._queued:
                 call.status, call.error = "aborted", "the proxy stopped while this call was in flight"
@@ -71,13 +98,31 @@ class Forwarder:
         body = dict(request)
         body.update(call.sampling_overrides)
         body["return_token_ids"] = True
-        if call.endpoint == "chat":
+        if call.endpoint != "completions":
             body["logprobs"] = True
         elif body.get("logprobs") is None:
             body["logprobs"] = 0
         if self.config.upstream_model:
             body["model"] = self.config.upstream_model
         return orjson.dumps(body)
+
+    async def count_tokens(self, chat: dict[str, Any]) -> int:
+        """The upstream's token count for a chat request's prompt (vLLM's ``/tokenize``)."""
+        fields = {name: chat[name] for name in ("messages", "tools") if chat.get(name)}
+        body = orjson.dumps({"model": self.config.upstream_model or chat.get("model", ""), **fields,
+                             "add_generation_prompt": True})
+        try:
+            resp = await self.pool.request(b"POST", self.prefix + b"/tokenize", body)
+            data = await resp.read()
+        except _FAILURES as exc:
+            raise self._connection_error(exc) from None
+        self.pool.release(resp)
+        if resp.status != 200:
+            raise self._status_error(resp.status, data)
+        try:
+            return int(orjson.loads(data)["count"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise upstream_error(502, f"upstream /tokenize returned an unreadable body: {exc}") from None
 
     async def models(self, send: Send) -> None:
         try:
@@ -89,69 +134,82 @@ class Forwarder:
         await send_bytes(send, resp.status, data)
 
     # unary ----------------------------------------------------------------------------------------
-    async def unary(self, call: CallRecord, request: dict[str, Any], send: Send) -> None:
-        path = self.prefix + _PATHS[call.endpoint]
+    async def unary(self, call: CallRecord, request: dict[str, Any], send: Send,
+                    answer: Answer = _PASS_THROUGH) -> None:
+        path = self.prefix + _upstream_path(call)
         try:
             resp = await self.pool.request(b"POST", path, self.upstream_body(call, request))
             data = await resp.read()
         except _FAILURES as exc:
-            return await self._fail(call, send, self._connection_error(exc))
+            return await self._fail(call, send, self._connection_error(exc), answer)
         self.pool.release(resp)
         status = resp.status
         call.t_first_byte = call.t_end = time.time()
         call.http_status = status
         if status != 200:
-            return await self._fail(call, send, self._status_error(status, data))
+            return await self._fail(call, send, self._status_error(status, data), answer)
         try:
             extract_response(orjson.loads(data), call)
         except (orjson.JSONDecodeError, AttributeError, TypeError, KeyError) as exc:
-            return await self._fail(call, send, upstream_error(502, f"upstream returned an unreadable body: {exc}"))
+            error = upstream_error(502, f"upstream returned an unreadable body: {exc}")
+            return await self._fail(call, send, error, answer)
         _set_finished(call)
         reason = check_sampled(call, request)
         if reason:
             _refuse_tokens(call)
-            return await self._fail(call, send, upstream_error(502, reason))
+            return await self._fail(call, send, upstream_error(502, reason), answer)
         failure = await self._record(call)
         if failure is not None:
-            return await send_bytes(send, failure.status, failure.body())
-        await send_bytes(send, 200, data)
+            return await send_bytes(send, failure.status, answer.error_body(failure))
+        await send_bytes(send, 200, answer.body(data, call))
 
     # streaming ------------------------------------------------------------------------------------
-    async def stream(self, call: CallRecord, request: dict[str, Any], receive: Receive, send: Send) -> None:
-        path = self.prefix + _PATHS[call.endpoint]
+    async def stream(self, call: CallRecord, request: dict[str, Any], receive: Receive, send: Send,
+                     answer: Answer = _PASS_THROUGH) -> None:
+        path = self.prefix + _upstream_path(call)
         try:
             resp = await self.pool.request(b"POST", path, self.upstream_body(call, request))
             data = await resp.read() if resp.status != 200 else b""
         except _FAILURES as exc:
-            return await self._fail(call, send, self._connection_error(exc))
+            return await self._fail(call, send, self._connection_error(exc), answer)
         call.http_status = resp.status
         if resp.status != 200:
             self.pool.release(resp)
-            return await self._fail(call, send, self._status_error(resp.status, data))
+            return await self._fail(call, send, self._status_error(resp.status, data), answer)
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         disconnected = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, disconnected, resp))
         try:
-            held = await self._pump(call, request, resp, send, disconnected)
+            translator = answer.translator()
+            held = await self._pump(call, request, resp, send, disconnected, translator)
         finally:
             watcher.cancel()
             self.pool.release(resp)
         failure = await self._record(call)
         if failure is not None and call.status != "error":
-            held = _error_event(failure)
+            held = _error_event(failure, translator)
+        elif translator is not None and call.status != "error":
+            held = translator.finish(call)
         if call.status != "aborted":
             await send({"type": "http.response.body", "body": held, "more_body": False})
 
     async def _pump(self, call: CallRecord, request: dict[str, Any], resp: Response, send: Send,
-                    disconnected: asyncio.Event) -> bytes:
-        """Pass chunks through as they arrive; returns the tail to send after the commit."""
-        acc = StreamAccumulator()
+                    disconnected: asyncio.Event, translator: StreamTranslator | None) -> bytes:
+        """Pass chunks through as they arrive (or their translation); returns the tail to send after the commit."""
+        acc = StreamAccumulator(keep_chunks=translator is not None)
         held = b""
         try:
             async for data in resp.chunks():
                 if call.t_first_byte is None:
                     call.t_first_byte = time.time()
                 events = acc.feed(data)
+                if translator is not None:
+                    events = b"".join(translator.events(chunk) for chunk in acc.take_chunks())
+                    if events:
+                        await send({"type": "http.response.body", "body": events, "more_body": True})
+                    if acc.done:
+                        break
+                    continue
                 if acc.done:
                     cut = events.find(_DONE)
                     if cut > 0:
@@ -181,7 +239,7 @@ class Forwarder:
             call.error = f"{call.error}; {reason}" if call.status in ("error", "aborted") else reason
             call.status = "error" if call.status != "aborted" else call.status
         if call.status == "error":
-            held = _error_event(upstream_error(502, call.error))
+            held = _error_event(upstream_error(502, call.error), translator)
         return held
 
     # recording and failures -----------------------------------------------------------------------
@@ -202,13 +260,13 @@ class Forwarder:
             self._queued.discard(key)
         return None
 
-    async def _fail(self, call: CallRecord, send: Send, error: ProxyError) -> None:
+    async def _fail(self, call: CallRecord, send: Send, error: ProxyError, answer: Answer) -> None:
         call.status, call.error = "error", error.message
         call.t_end = call.t_end or time.time()
         failure = await self._record(call)
         if failure is not None and failure.status == 503:
             error = failure  # the store is down: say so rather than the upstream fault that was not recorded
-        await send_bytes(send, error.status, error.body())
+        await send_bytes(send, error.status, answer.error_body(error))
 
     def _connection_error(self, exc: BaseException) -> ProxyError:
         status = 504 if isinstance(exc, UpstreamTimeout) else 502
@@ -245,8 +303,12 @@ def _ignore(_: BaseException | None) -> None:
     """Nobody waits on an aborted call's record."""
 
 
-def _error_event(error: ProxyError) -> bytes:
-    return b"data: " + error.body() + b"\n\n"
+def _error_event(error: ProxyError, translator: StreamTranslator | None = None) -> bytes:
+    return b"data: " + error.body() + b"\n\n" if translator is None else translator.error(error)
+
+
+def _upstream_path(call: CallRecord) -> bytes:
+    return _PATHS.get(call.endpoint, _PATHS["chat"])
 
 
 def _refuse_tokens(call: CallRecord) -> None:

@@ -1,9 +1,10 @@
 """CPU model server speaking vLLM's OpenAI dialect (raw ASGI app, run by uvicorn).
 
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``POST /v1/load_weights`` (``{"model_dir": DIR}``: swap in a checkpoint's weights between batches, see
-:mod:`repro.serving.weights`). With ``expert_tasks`` the completions are scripted by the miniature's expert (plugged
-in by name, :data:`EXPERT_SCRIPT`), with ``scenarios`` by replies per scenario (:mod:`repro.serving.scripted`).
+``POST /tokenize`` (vLLM's: a chat request's prompt ids and their count), ``POST /v1/load_weights``
+(``{"model_dir": DIR}``: swap in a checkpoint's weights between batches, see :mod:`repro.serving.weights`).
+With ``expert_tasks`` the completions are scripted by the miniature's expert (plugged in by name,
+:data:`EXPERT_SCRIPT`), with ``scenarios`` by replies per scenario (:mod:`repro.serving.scripted`).
 vLLM extensions honoured: ``return_token_ids`` (prompt ids top-level for chat / per choice for
 completions; completion ids per choice, as deltas when streaming), ``stop_token_ids``,
 ``chat_template_kwargs``, ``add_generation_prompt``, ``stop_reason``. Tool calls are parsed with the
@@ -192,6 +193,7 @@ class CPUServerApp:
             "/v1/chat/completions": ("POST", self._chat),
             "/v1/completions": ("POST", self._completions),
             "/v1/load_weights": ("POST", self._load_weights),
+            "/tokenize": ("POST", self._tokenize),
         }
         if path not in routes:
             await send_json(send, 404, error_body(f"{path} not found", "not_found_error", 404))
@@ -267,6 +269,16 @@ class CPUServerApp:
             lambda outs: build_chat_response(
                 outs, req.common, self.served_model_name, prompt_ids, req.parse_tools, self.token_text),
         )
+
+    async def _tokenize(self, body: bytes, send: Send) -> None:
+        """vLLM's ``/tokenize``: a chat request's rendered prompt (``messages``, ``tools``) or a ``prompt`` string."""
+        fields = orjson.loads(body)
+        if isinstance(fields, dict) and isinstance(fields.get("prompt"), str):
+            ids = list(self.engine.tokenizer(fields["prompt"])["input_ids"])
+        else:
+            req = parse_chat_request(fields, self.defaults, self.max_logprobs)
+            ids = self._render_chat(req.messages, req.tools, req.add_generation_prompt, req.chat_template_kwargs)
+        await send_json(send, 200, {"count": len(ids), "max_model_len": self.engine.max_model_len, "tokens": ids})
 
     async def _completions(self, body: bytes, send: Send) -> None:
         req = parse_completion_request(orjson.loads(body), self.defaults, self.max_logprobs)
