@@ -2,8 +2,10 @@
 
 Three processes: a fast fake upstream in the vLLM dialect (so the proxy's own cost is not hidden behind
 a model), the real proxy (recording durably to SQLite), and this process generating load. Direct and
-proxied phases are interleaved, for each concurrency and streaming mode, ``repeats`` times; the proxy's CPU
-is read from /proc for its process (user + system seconds) around each proxied phase.
+proxied phases are interleaved, for each API, concurrency and streaming mode, ``repeats`` times; the proxy's CPU
+is read from /proc for its process (user + system seconds) around each proxied phase. For the translated APIs
+(Anthropic Messages, OpenAI Responses) the direct phase sends the same conversation as chat completions, what the
+upstream gets either way: their added cost includes the translation.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class ProxyBenchConfig:
     completion_tokens: int = 32
     system_chars: int = 4000
     synchronous: str = "NORMAL"
+    apis: list[str] = field(default_factory=lambda: ["chat"])  # chat, messages, responses: the route proxied to
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -61,34 +64,45 @@ def _register_rollouts(proxy_url: str, count: int, prefix: str) -> list[str]:
 
 
 async def _measure(cfg: ProxyBenchConfig, upstream: str, proxy: str, proxy_proc: psutil.Process) -> list[dict]:
-    from repro.bench.loadgen import new_session, run_phase  # aiohttp: the `bench` extra
+    from repro.bench.loadgen import new_session  # aiohttp: the `bench` extra
 
     rows: list[dict[str, Any]] = []
     session = new_session(limit=max(cfg.concurrencies) * 2)
     try:
-        for stream in cfg.streaming:
-            for conc in cfg.concurrencies:
-                per_worker = max(1, cfg.calls_per_phase // conc)
-                direct_urls = [f"{upstream}/v1/chat/completions"] * conc
-                await run_phase(session, direct_urls[:1], 8, stream, cfg.system_chars)  # warm connections
-                for rep in range(cfg.repeats):
-                    ids = _register_rollouts(proxy, conc, f"s{int(stream)}c{conc}r{rep}")
-                    proxy_urls = [f"{proxy}/rollouts/{i}/v1/chat/completions" for i in ids]
-                    order = ("direct", "proxy") if rep % 2 == 0 else ("proxy", "direct")
-                    for target in order:
-                        cpu0 = _cpu_seconds(proxy_proc)
-                        urls = direct_urls if target == "direct" else proxy_urls
-                        result = await run_phase(session, urls, per_worker, stream, cfg.system_chars)
-                        cpu = _cpu_seconds(proxy_proc) - cpu0
-                        rows.append(_row(target, stream, conc, rep, result, cpu))
+        for api in cfg.apis:
+            for stream in cfg.streaming:
+                for conc in cfg.concurrencies:
+                    rows += await _measure_cell(cfg, session, upstream, proxy, proxy_proc, api, stream, conc)
     finally:
         await session.close()
     return rows
 
 
-def _row(target: str, stream: bool, conc: int, rep: int, result: PhaseResult, proxy_cpu_s: float) -> dict:
+async def _measure_cell(cfg: ProxyBenchConfig, session: Any, upstream: str, proxy: str, proxy_proc: psutil.Process,
+                        api: str, stream: bool, conc: int) -> list[dict]:
+    """Direct and proxied phases of one (API, streaming, concurrency) cell, interleaved, ``repeats`` times."""
+    from repro.bench.loadgen import API_PATHS, run_phase
+
+    rows = []
+    per_worker = max(1, cfg.calls_per_phase // conc)
+    direct_urls = [f"{upstream}/v1/chat/completions"] * conc
+    await run_phase(session, direct_urls[:1], 8, stream, cfg.system_chars)  # warm connections
+    for rep in range(cfg.repeats):
+        ids = _register_rollouts(proxy, conc, f"{api}s{int(stream)}c{conc}r{rep}")
+        proxy_urls = [f"{proxy}/rollouts/{i}{API_PATHS[api]}" for i in ids]
+        order = ("direct", "proxy") if rep % 2 == 0 else ("proxy", "direct")
+        for target in order:
+            cpu0 = _cpu_seconds(proxy_proc)
+            urls, sent = (direct_urls, "chat") if target == "direct" else (proxy_urls, api)
+            result = await run_phase(session, urls, per_worker, stream, cfg.system_chars, sent)
+            cpu = _cpu_seconds(proxy_proc) - cpu0
+            rows.append(_row(target, api, stream, conc, rep, result, cpu))
+    return rows
+
+
+def _row(target: str, api: str, stream: bool, conc: int, rep: int, result: PhaseResult, proxy_cpu_s: float) -> dict:
     return {
-        "target": target, "stream": stream, "concurrency": conc, "repeat": rep, "calls": result.calls,
+        "target": target, "api": api, "stream": stream, "concurrency": conc, "repeat": rep, "calls": result.calls,
         "errors": result.errors, "wall_s": result.wall_s, "throughput": result.throughput,
         "p50_ms": 1000 * statistics.median(result.latencies_s),
         "p99_ms": 1000 * _percentile(result.latencies_s, 0.99),
@@ -97,15 +111,18 @@ def _row(target: str, stream: bool, conc: int, rep: int, result: PhaseResult, pr
 
 
 def summarise(rows: list[dict]) -> list[dict]:
-    """One line per (stream, concurrency): medians over repeats, proxy vs direct."""
+    """One line per (API, stream, concurrency): medians over repeats, proxy vs direct."""
     out = []
-    keys = sorted({(r["stream"], r["concurrency"]) for r in rows})
-    for stream, conc in keys:
-        def med(target: str, metric: str, s: bool = stream, c: int = conc) -> float:
-            return statistics.median(r[metric] for r in rows
-                                     if r["target"] == target and r["stream"] == s and r["concurrency"] == c)
+    order = {"chat": 0, "messages": 1, "responses": 2}
+    keys = sorted({(r.get("api", "chat"), r["stream"], r["concurrency"]) for r in rows},
+                  key=lambda k: (order.get(k[0], 9), k[0], k[1], k[2]))
+    for api, stream, conc in keys:
+        cell = [r for r in rows if r.get("api", "chat") == api and r["stream"] == stream and r["concurrency"] == conc]
+
+        def med(target: str, metric: str, cell: list[dict] = cell) -> float:
+            return statistics.median(r[metric] for r in cell if r["target"] == target)
         out.append({
-            "stream": stream, "concurrency": conc,
+            "api": api, "stream": stream, "concurrency": conc,
             "direct_p50_ms": med("direct", "p50_ms"), "proxy_p50_ms": med("proxy", "p50_ms"),
             "added_p50_ms": med("proxy", "p50_ms") - med("direct", "p50_ms"),
             "direct_p99_ms": med("direct", "p99_ms"), "proxy_p99_ms": med("proxy", "p99_ms"),
@@ -113,7 +130,7 @@ def summarise(rows: list[dict]) -> list[dict]:
             "direct_rps": med("direct", "throughput"), "proxy_rps": med("proxy", "throughput"),
             "throughput_ratio": med("proxy", "throughput") / med("direct", "throughput"),
             "proxy_cpu_ms_per_call": med("proxy", "proxy_cpu_ms_per_call"),
-            "errors": sum(r["errors"] for r in rows if r["stream"] == stream and r["concurrency"] == conc),
+            "errors": sum(r["errors"] for r in cell),
         })
     return out
 

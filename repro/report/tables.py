@@ -90,7 +90,9 @@ def append_failures(written: list[Path], failures: dict[str, list[dict[str, Any]
 def proxy_overhead_frame(metrics: dict[str, Any]) -> pd.DataFrame:
     frame = pd.DataFrame(metrics["summary"])
     frame["mode"] = frame.pop("stream").map({True: "streaming", False: "non-streaming"})
-    columns = ["mode", "concurrency", "proxy_cpu_ms_per_call", "added_p50_ms", "added_p99_ms", "direct_p50_ms",
+    if "api" not in frame:
+        frame["api"] = "chat"  # runs before the translated routes measured chat only
+    columns = ["api", "mode", "concurrency", "proxy_cpu_ms_per_call", "added_p50_ms", "added_p99_ms", "direct_p50_ms",
                "proxy_p50_ms", "direct_rps", "proxy_rps", "throughput_ratio", "errors"]
     return frame[columns]
 
@@ -108,7 +110,9 @@ def proxy_overhead_markdown(runs: list[dict[str, Any]]) -> str:
         f"{cfg['completion_tokens']} tokens, one SSE chunk per token; ~{cfg['system_chars']}-char system prompt "
         f"plus a growing history; SQLite WAL synchronous={cfg['synchronous']}). Proxy CPU = user+system seconds "
         "of the proxy process (event loop + trace writer) per call. Load generator, proxy and upstream share "
-        "the machine's cores.",
+        "the machine's cores. `api`: the route the load generator called on the proxy (chat completions, "
+        "Anthropic Messages, OpenAI Responses; the last two translated to the upstream's chat completions, the "
+        "direct phase sending the same conversation as chat).",
         "",
         _TARGETS_NOTE,
         "",

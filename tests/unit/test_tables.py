@@ -26,6 +26,18 @@ def test_summary_takes_medians_and_ratios() -> None:
     assert line["proxy_cpu_ms_per_call"] == 1.5 and line["added_p50_ms"] == pytest.approx(0.5)
 
 
+def test_summary_keeps_each_api_apart_in_route_order() -> None:
+    rows = []
+    for api, cpu in (("responses", 0.9), ("chat", 0.3), ("messages", 0.6)):
+        rows += [{**_row("direct", False, 4, 0, 100.0, None), "api": api},
+                 {**_row("proxy", False, 4, 0, 50.0, cpu), "api": api}]
+    lines = summarise(rows)
+    assert [(line["api"], line["proxy_cpu_ms_per_call"]) for line in lines] == [
+        ("chat", 0.3), ("messages", 0.6), ("responses", 0.9)]
+    old = [_row("proxy", False, 4, 0, 50.0, 0.5), _row("direct", False, 4, 0, 9.0, None)]  # before the api field
+    assert summarise(old)[0]["api"] == "chat"
+
+
 def test_table_is_built_from_the_newest_metrics(tmp_path: Path) -> None:
     from dataclasses import asdict
 
