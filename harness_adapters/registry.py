@@ -24,7 +24,7 @@ class HarnessEntry:
 
     harness: str
     config: str
-    package: PackageRef
+    package: PackageRef | None  # None: nothing pinned (harness=command runs whatever it is given)
     tested: dict[str, str]
     by_major: dict[str, str] = field(default_factory=dict)
 
@@ -48,6 +48,12 @@ HARNESSES: dict[str, HarnessEntry] = {
         config="harness_adapters.openhands:OpenHandsConfig",
         package=PackageRef("pypi", "openhands-sdk"),
         tested={"1": "1.58.2"},
+    ),
+    "command": HarnessEntry(
+        harness="harness_adapters.command:CommandHarness",
+        config="harness_adapters.command:CommandConfig",
+        package=None,
+        tested={},
     ),
 }
 
@@ -105,8 +111,8 @@ def get_harness(name: str | None, cfg: Any = None, *, check: bool = True, **kwar
     name = name_for_config(cfg) if name is None else canonical_name(name)
     config = harness_config(name, cfg)
     version = getattr(config, "version", None)
-    if check and version is not None:
-        entry = HARNESSES[name]
+    entry = HARNESSES[name]
+    if check and version is not None and entry.package is not None:
         check_version(name, str(version), entry.package, entry.tested)
     return harness_class(name, version)(config, **kwargs)
 

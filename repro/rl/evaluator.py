@@ -121,7 +121,15 @@ def refuse_if_all_infra(reports: list[InstanceReport], run_dir: Path) -> None:
     (a missing repository, interpreter or image), and a zero exit would hide it behind ``eval samples: 0/N``."""
     if not reports or not all(r.infra_failure for r in reports):
         return
-    reasons = Counter((r.reason or r.harness_reason or r.outcome).split("\n")[0][:300] for r in reports)
+    reasons = Counter(_failure_reason(r).split("\n")[0][:300] for r in reports)
     listed = "; ".join(f"{n} x {reason}" for reason, n in reasons.most_common(3))
     raise SystemExit(f"error: all {len(reports)} samples are infrastructure failures, so this run measured "
                      f"nothing: {listed} (reports in {run_dir})")
+
+
+def _failure_reason(report: InstanceReport) -> str:
+    """Why a sample is an infrastructure failure: the harness's reason when it crashed or timed out (the grade of
+    what it left is beside the point), else the grader's."""
+    if report.harness_status in ("crashed", "timeout") and report.harness_reason:
+        return f"harness {report.harness_status}: {report.harness_reason}"
+    return report.reason or report.harness_reason or report.outcome
