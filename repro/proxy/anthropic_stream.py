@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from repro.proxy.anthropic_messages import STOP_REASONS, chat_to_message, message_id, messages_to_chat
-from repro.proxy.dialects import Translated
+from repro.proxy.dialects import Translated, chunk_deltas
 from repro.proxy.errors import ProxyError
 from repro.store import CallRecord
 
@@ -63,14 +63,7 @@ class MessagesStream:
     def events(self, chunk: dict[str, Any]) -> bytes:
         out = [] if self.started else [self._start(chunk)]
         self.started = True
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                out.append(self._text(delta["content"]))
-            for call in delta.get("tool_calls") or ():
-                out.append(self._tool(call))
+        out += [self._text(value) if kind == "text" else self._tool(value) for kind, value in chunk_deltas(chunk)]
         return b"".join(out)
 
     def finish(self, call: CallRecord) -> bytes:

@@ -31,6 +31,7 @@ from repro.proxy.config import ProxyConfig
 from repro.proxy.dialects import Dialect
 from repro.proxy.errors import ProxyError, bad_request
 from repro.proxy.forward import Answer, Forwarder
+from repro.proxy.openai_responses import ResponsesDialect
 from repro.proxy.registry import RolloutRegistry
 from repro.proxy.routes import PURPOSE_SEGMENT, check_purpose
 from repro.proxy.validation import check_chat, check_completion, check_rollout_id, parse_json_object, storable_request
@@ -40,7 +41,7 @@ _RECORDED_HEADERS = frozenset({b"user-agent", b"x-stainless-retry-count", b"x-st
                                b"x-stainless-package-version", b"x-stainless-runtime", b"x-request-id",
                                b"anthropic-version", b"anthropic-beta"})
 _ENDPOINTS = {"v1/chat/completions": "chat", "v1/completions": "completions"}
-_DIALECTS: dict[str, Dialect] = {"v1/messages": MessagesDialect()}
+_DIALECTS: dict[str, Dialect] = {"v1/messages": MessagesDialect(), "v1/responses": ResponsesDialect()}
 _COUNT_TOKENS = "v1/messages/count_tokens"
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ API the harness spoke.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -62,3 +63,15 @@ class Dialect(Protocol):
     def error_body(self, error: ProxyError) -> bytes:
         """An error response body in this API's format."""
         ...
+
+
+def chunk_deltas(chunk: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """Choice 0's deltas in one chat chunk, in order: ``("text", str)`` then ``("tool", tool-call delta)`` each."""
+    for choice in chunk.get("choices") or ():
+        if choice.get("index", 0) != 0:
+            continue
+        delta = choice.get("delta") or {}
+        if delta.get("content"):
+            yield "text", delta["content"]
+        for call in delta.get("tool_calls") or ():
+            yield "tool", call

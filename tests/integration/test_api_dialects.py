@@ -12,6 +12,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import openai
 import pytest
 from transformers import AutoTokenizer
 
@@ -142,3 +143,53 @@ def test_api_key_is_never_stored(stack: Stack) -> None:
     client.messages.create(model="m", max_tokens=16, messages=_first_turn("text"))
     for path in Path(stack.proxy.store_path).parent.glob("*.sqlite*"):
         assert SECRET.encode() not in path.read_bytes()
+
+
+# OpenAI Responses (what Codex CLI speaks) ----------------------------------------------------------------------
+
+RESPONSES_BASH = {"type": "function", "name": "Bash", "description": "Run a shell command",
+                  "parameters": BASH["input_schema"]}
+
+
+def _codex(stack: Stack, rollout_id: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=_rollout(stack, rollout_id) + "/v1", api_key=SECRET, max_retries=0)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_openai_responses_tool_round_trip_is_recorded(stack: Stack, tokenizer, stream: bool) -> None:
+    rollout_id = f"codex-{'s' if stream else 'u'}"
+    client = _codex(stack, rollout_id)
+    items: list[dict[str, Any]] = [
+        {"role": "developer", "content": "Be brief."},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "SCENARIO tool. List."}]}]
+    kwargs = {"model": "codex-anything", "max_output_tokens": 64, "tools": [RESPONSES_BASH, {"type": "web_search"}],
+              "reasoning": {"effort": "low"}, "store": False, "include": ["reasoning.encrypted_content"]}
+
+    def ask():
+        if not stream:
+            return client.responses.create(input=items, **kwargs)
+        with client.responses.stream(input=items, **kwargs) as events:
+            return events.get_final_response()
+
+    first = ask()
+    assert first.status == "completed" and first.model == "codex-anything"
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    assert call.name == "Bash" and json.loads(call.arguments) == {"command": "ls -la"}
+    items += [call.model_dump(exclude_none=True),
+              {"type": "function_call_output", "call_id": call.call_id, "output": "calc.py"}]
+    second = ask()
+    assert second.output_text == "The directory holds calc.py."
+    calls = _assert_recorded(stack, rollout_id, tokenizer, "responses", [TOOL_REPLY, "The directory holds calc.py."])
+    assert calls[0].streamed is stream
+    assert {"include", "reasoning", "store", "web_search tool"} <= set(calls[0].request["translated_from"]["ignored"])
+    assert calls[1].request["messages"][-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "calc.py"}
+    assert first.usage.input_tokens == len(calls[0].prompt_ids)
+
+
+def test_openai_responses_errors_are_typed_and_write_nothing(stack: Stack) -> None:
+    client = _codex(stack, "codex-bad")
+    with pytest.raises(openai.BadRequestError, match="keeps no server-side state"):
+        client.responses.create(model="m", input="x", previous_response_id="resp_1")
+    with pytest.raises(openai.BadRequestError, match="input"):
+        client.responses.create(model="m", input=[{"type": "message", "role": "user", "content": 3}])
+    assert open_store(stack.proxy.store_path).calls("codex-bad") == []
