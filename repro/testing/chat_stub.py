@@ -9,7 +9,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
-StubReply = Callable[[str, dict[str, Any]], tuple[int, dict[str, Any]]]  # (rollout id, body) -> (status, body)
+# (rollout id, body) -> (status, body): a dict is sent as JSON, a str as a server-sent event stream (its raw text)
+StubReply = Callable[[str, dict[str, Any]], tuple[int, dict[str, Any] | str]]
 PerRollout = str | Callable[[str], str]  # a text, or the text for a rollout id
 
 
@@ -45,8 +46,9 @@ class StubChatServer:
     """An OpenAI-compatible chat stub on 127.0.0.1 (threads) for harness tests without a model server.
 
     Every POST is recorded in ``requests`` (path, headers, JSON body), counted while open (``max_open``: the most
-    at once) and answered with ``reply(rollout_id, body)`` after ``delay_s(rollout_id)`` seconds; the rollout id
-    is the ``<id>`` of a ``/rollouts/<id>/...`` path ('' for another path)."""
+    at once) and answered with ``reply(rollout_id, body)`` after ``delay_s(rollout_id)`` seconds (a reply body
+    given as text goes out as an event stream); the rollout id is the ``<id>`` of a ``/rollouts/<id>/...`` path
+    ('' for another path)."""
 
     def __init__(self, reply: StubReply, delay_s: Callable[[str], float] | None = None) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -74,7 +76,7 @@ class StubChatServer:
         """The paths requested under ``rollout_id``'s URL."""
         return [p for p in self.paths if p.startswith(f"/rollouts/{rollout_id}/")]
 
-    def answer(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def answer(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, dict[str, Any] | str]:
         """Record one request and compute its reply (after the delay)."""
         parts = path.split("/")
         rollout_id = parts[2] if len(parts) > 2 and parts[1] == "rollouts" else ""
@@ -105,9 +107,10 @@ class StubChatServer:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0)))
                 code, payload = stub.answer(self.path, dict(self.headers), json.loads(raw) if raw else {})
-                data = json.dumps(payload).encode()
+                streamed = isinstance(payload, str)
+                data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
                 self.send_response(code)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", "text/event-stream" if streamed else "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

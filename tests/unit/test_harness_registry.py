@@ -38,10 +38,10 @@ def fake_mini_env(tmp_path: Path) -> HarnessEnv:
 
 
 def test_every_entry_resolves() -> None:
-    assert harness_names() == ["mini-swe-agent", "opencode", "openhands"]
+    assert harness_names() == ["command", "mini-swe-agent", "opencode", "openhands"]
     for name in HARNESSES:
         assert harness_class(name).name == name
-        config = harness_config(name)
+        config = harness_config(name, {"command": ["true"]} if name == "command" else None)  # it needs a command
         assert name_for_config(config) == name
     assert harness_config("mini-swe-agent") == MiniSweAgentConfig()
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-import harness_adapters.opencode_env as opencode_env
+import harness_adapters.npm_env as npm_env
 from harness_adapters.opencode import (
     AUX_PROVIDER,
     DISABLED,
@@ -142,7 +142,7 @@ def test_config_dir_has_the_dependency_opencode_would_install(fake_env: OpenCode
 def test_missing_version_names_it_and_its_neighbours(monkeypatch) -> None:
     answers = {"view opencode-ai@1.18.24 version": {"error": {"code": "E404"}},
                "view opencode-ai versions": ["1.18.22", "1.18.23", "1.18.25", "1.18.26", "1.18.33"]}
-    monkeypatch.setattr(opencode_env, "_npm_json", lambda args: answers[" ".join(args)])
+    monkeypatch.setattr(npm_env, "npm_json", lambda args: answers[" ".join(args)])
     with pytest.raises(HarnessEnvError, match=r"opencode-ai@1\.18\.24 does not exist on npm.*1\.18\.23, 1\.18\.25"):
         check_version_exists("1.18.24")
     answers["view opencode-ai@1.18.33 version"] = "1.18.33"
