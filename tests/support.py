@@ -5,7 +5,10 @@ stub model server are in ``repro.testing``; the docker tests' helpers in ``tests
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import strategies as st
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig, is_v1
@@ -317,3 +321,34 @@ def make_leaky_calc_repo(path: Path) -> tuple[Task, Path]:
     task = calc_task(path.parent, base, with_test, gold, test_patch)
     task.repo_path = str(path)
     return task, path
+
+
+# -- the coding-agent CLIs from npm -----------------------------------------------------------------------------
+
+@functools.cache
+def npm_registry_unreachable() -> str | None:
+    """Why npm cannot install here (one line), or None."""
+    if shutil.which("npm") is None:
+        return "npm is not installed"
+    try:
+        proc = subprocess.run(["npm", "ping", "--fetch-retries=0", "--fetch-timeout=15000"], capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return "npm ping timed out"
+    if proc.returncode == 0:
+        return None
+    codes = [line.split()[-1] for line in proc.stderr.splitlines() if line.startswith("npm error code ")]
+    return f"npm cannot reach its registry ({codes[0] if codes else f'npm ping exit {proc.returncode}'})"
+
+
+def installed_node_cli(spec: Any) -> Any:
+    """The cached install of a CLI (``harness_adapters.node_cli_env.NodeCliSpec``), built if npm can reach its
+    registry; else the calling test is skipped (one line why), or fails under ``REPRO_REQUIRE_NPM=1`` (CI)."""
+    from harness_adapters.node_cli_env import ensure_node_cli_env, is_built, node_cli_env
+
+    if not is_built(node_cli_env(spec)) and (reason := npm_registry_unreachable()):
+        message = f"{reason}: cannot install {spec.package}@{spec.version}"
+        if os.environ.get("REPRO_REQUIRE_NPM") == "1":
+            pytest.fail(f"REPRO_REQUIRE_NPM=1: {message}")
+        pytest.skip(message)
+    return ensure_node_cli_env(spec)

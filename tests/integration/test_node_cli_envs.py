@@ -2,13 +2,12 @@
 once headless against an in-process stub that speaks its API (Anthropic Messages, OpenAI Responses, chat
 completions; streamed): exit 0, the stub's text on stdout, and the request it sent (path under a
 ``/rollouts/<id>`` prefix, streamed, the model name given). First use installs them (~15 s, ~1.1 GB with node 22);
-skipped, with the reason, when npm cannot reach its registry and they are not installed yet."""
+skipped, with the reason, when npm cannot reach its registry and they are not installed yet (fails instead under
+``REPRO_REQUIRE_NPM=1``, as in CI)."""
 
 from __future__ import annotations
 
-import functools
 import json
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -22,11 +21,9 @@ from harness_adapters.node_cli_env import (
     QWEN_CODE,
     NodeCliEnv,
     NodeCliSpec,
-    ensure_node_cli_env,
-    is_built,
-    node_cli_env,
 )
 from repro.testing import StubChatServer
+from tests.support import installed_node_cli
 
 MODEL = "repro-stub-model"
 ANSWER = "STUB-ANSWER-OK"
@@ -35,26 +32,8 @@ PATHS = {CLAUDE_CODE.name: "/v1/messages?beta=true", CODEX.name: "/v1/responses"
          QWEN_CODE.name: "/v1/chat/completions"}
 
 
-@functools.cache
-def _registry_unreachable() -> str | None:
-    """Why npm cannot install here (one line), or None."""
-    if shutil.which("npm") is None:
-        return "npm is not installed"
-    try:
-        proc = subprocess.run(["npm", "ping", "--fetch-retries=0", "--fetch-timeout=15000"], capture_output=True,
-                              text=True, timeout=60, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return "npm ping timed out"
-    if proc.returncode == 0:
-        return None
-    codes = [line.split()[-1] for line in proc.stderr.splitlines() if line.startswith("npm error code ")]
-    return f"npm cannot reach its registry ({codes[0] if codes else f'npm ping exit {proc.returncode}'})"
-
-
 def _installed(spec: NodeCliSpec) -> NodeCliEnv:
-    if not is_built(node_cli_env(spec)) and (reason := _registry_unreachable()):
-        pytest.skip(f"{reason}: cannot install {spec.package}@{spec.version}")
-    return ensure_node_cli_env(spec)
+    return installed_node_cli(spec)
 
 
 def _sse(events: list[tuple[str, dict[str, Any]]]) -> str:

@@ -38,7 +38,8 @@ def fake_mini_env(tmp_path: Path) -> HarnessEnv:
 
 
 def test_every_entry_resolves() -> None:
-    assert harness_names() == ["command", "mini-swe-agent", "opencode", "openhands"]
+    assert harness_names() == ["claude-code", "codex", "command", "mini-swe-agent", "opencode", "openhands",
+                               "qwen-code"]
     for name in HARNESSES:
         assert harness_class(name).name == name
         config = harness_config(name, {"command": ["true"]} if name == "command" else None)  # it needs a command

