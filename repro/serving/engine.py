@@ -348,6 +348,8 @@ class Engine:
         """Keep the finished rows' keys and values (their prompt and the sampled tokens fed back) for later calls."""
         if self.prefix is None:
             return
+        if any(layer.keys.shape[-2] != mask.shape[-1] for layer in cache.layers):
+            return  # a sliding-window cache holds only the last window's positions: no whole prefix to keep
         for i in finished:
             columns = mask[i].bool()
             ids = (rows[i].req.prompt_ids + rows[i].generated)[: int(columns.sum())]

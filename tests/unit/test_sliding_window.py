@@ -45,6 +45,29 @@ def _reference(model_dir: Path, prompt: list[int], n: int) -> list[int]:
     return out[0, len(prompt):].tolist()
 
 
+def test_the_prefix_cache_keeps_nothing_of_a_sliding_window_and_the_engine_goes_on(windowed: Path) -> None:
+    """The CPU server keeps finished rows' keys and values by default; a sliding-window cache holds only the last
+    window's positions, and keeping them as a whole prefix once failed every row still generating in the batch
+    when another one finished (long prompts: an agent's)."""
+    engine = Engine(EngineConfig(model_dir=windowed, max_batch_size=4, max_model_len=512, prefix_cache_tokens=4096))
+    prompts = [[(7 * i + 3) % 250 + 20 for i in range(300)], [(5 * i + 1) % 250 + 20 for i in range(200)]]
+    lengths = [3, 9]  # the first row finishes while the second goes on
+
+    async def tokens(prompt: list[int], n: int) -> list[int]:
+        params = SamplingParams(temperature=0, max_tokens=n, stop_token_ids=[])
+        return [e.token_id async for e in engine.generate(prompt, params) if isinstance(e, TokenEvent)]
+
+    async def both() -> list[list[int]]:
+        return list(await asyncio.wait_for(asyncio.gather(*(tokens(p, n) for p, n in zip(prompts, lengths,
+                                                                                          strict=True))), 60))
+
+    try:
+        served = asyncio.run(both())
+    finally:
+        engine.close()
+    assert served == [_reference(windowed, p, n) for p, n in zip(prompts, lengths, strict=True)]
+
+
 def test_the_engine_matches_transformers_past_the_window_in_one_batch(windowed: Path) -> None:
     prompts = [[(7 * i + 3) % 250 + 20 for i in range(29)], [(5 * i + 1) % 250 + 20 for i in range(13)]]
     engine = Engine(EngineConfig(model_dir=windowed, max_batch_size=4, max_model_len=128))
