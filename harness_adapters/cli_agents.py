@@ -100,7 +100,7 @@ class CliAgentHarness(PerRolloutHarness):
         timeout_s = min(rollout.timeout_s, self.cfg.wall_time_limit_s or rollout.timeout_s)
         cmd = [str(self._env.bin), *self.command(rollout.task.problem_statement, base_url, model, timeout_s),
                *self.cfg.extra_args]
-        result = run_command(replace(rollout, timeout_s=timeout_s), cmd, env, out, self.name)
+        result = run_command(replace(rollout, timeout_s=timeout_s), cmd, env, out, self.name, self.describe)
         self.write_record(out / RESULT_NAME, result, cmd)
         return result
 
@@ -111,6 +111,10 @@ class CliAgentHarness(PerRolloutHarness):
     def cli_env(self, base_url: str, model: str, home: Path) -> dict[str, str]:
         """The CLI's own variables (endpoint, model, limits); may write its settings under ``home``."""
         raise NotImplementedError
+
+    def describe(self, out: Path) -> str | None:
+        """The CLI's own account of how the run failed (None: stderr's last line will do)."""
+        return None
 
 
 class ClaudeCodeHarness(CliAgentHarness):
@@ -136,6 +140,16 @@ class ClaudeCodeHarness(CliAgentHarness):
         if self.cfg.max_output_tokens:
             env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(self.cfg.max_output_tokens)
         return env
+
+    def describe(self, out: Path) -> str | None:
+        """``--output-format json``'s result: the error Claude Code reports (``api_error``, its message)."""
+        try:
+            report = json.loads((out / "stdout.log").read_text(encoding="utf-8", errors="replace"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        if not isinstance(report, dict) or not report.get("is_error"):
+            return None
+        return f"{report.get('terminal_reason') or report.get('subtype')}: {str(report.get('result', ''))[:300]}"
 
 
 class CodexHarness(CliAgentHarness):

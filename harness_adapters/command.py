@@ -16,7 +16,9 @@ fields:
 Every process also gets ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY`` (dummy
 keys: the proxy holds the real one, if any), ``REPRO_MODEL``, ``REPRO_TASK_FILE``, a private ``HOME`` with its XDG
 dirs, and only ``PATH``/locale from the parent. stdin is ``/dev/null``. Exit 0 is ``finished``; another exit code
-``crashed`` (with stderr's last line); past the rollout's time ``timeout`` (its whole process tree is killed).
+``crashed`` (with stderr's last line), unless the model's last reply was cut at the token limit and every call was
+answered (the agent gave up on the model's output: ``finished``); past the rollout's time ``timeout`` (its whole
+process tree is killed).
 The graded patch is the working copy's diff, as for every harness; the model calls are counted by the proxy.
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,13 +102,22 @@ def process_env(cfg: CommandConfig, values: dict[str, str], home: Path, rollout_
     return env | {key: str(value).format(**values) for key, value in cfg.env.items()}
 
 
-def proxy_call_count(base_url: str) -> int:
-    """The calls the proxy recorded under the rollout (0 when it cannot say)."""
+def proxy_rollout_info(base_url: str) -> dict[str, Any]:
+    """What the proxy knows of the rollout (its call count, how its calls ended); empty when it cannot say."""
     rollout_url = base_url.rstrip("/").removesuffix("/v1")
     try:
-        return int(httpx.get(rollout_url, timeout=10).json().get("calls", 0))
-    except (httpx.HTTPError, ValueError, TypeError, AttributeError):
-        return 0
+        info = httpx.get(rollout_url, timeout=10).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def gave_up_after_truncation(info: dict[str, Any]) -> bool:
+    """The agent stopped after the model's last reply hit the token limit, every call having been answered: the
+    model's doing, not the machinery's (Claude Code and Codex exit 1 when a reply is cut again and again)."""
+    outcomes = info.get("call_outcomes") or {}
+    failed = {k: v for k, v in (outcomes.get("by_status") or {}).items() if k in ("error", "aborted")}
+    return outcomes.get("last_status") == "truncated" and not failed
 
 
 class CommandHarness(PerRolloutHarness):
@@ -144,22 +156,28 @@ class CommandHarness(PerRolloutHarness):
 
 
 def run_command(rollout: HarnessRollout, cmd: list[str], env: dict[str, str], out: Path, label: str,
-                finished: str = "exit 0") -> HarnessResult:
-    """Run one agent process in the rollout's working copy and classify how it ended."""
+                describe: Callable[[Path], str | None] | None = None) -> HarnessResult:
+    """Run one agent process in the rollout's working copy and classify how it ended: exit 0 ``finished``; past its
+    time ``timeout``; another exit ``crashed``, unless the agent gave up after a reply cut at the token limit
+    (:func:`gave_up_after_truncation`: ``finished``). ``describe(out)``: the agent's own account of a failure."""
     try:
         outcome = run_in_session(cmd, Path(rollout.workdir).resolve(), env, out, rollout.timeout_s)
     except OSError as exc:
         return HarnessResult(rollout.rollout_id, "crashed", reason=f"could not start {label}: {exc}")
+    info = proxy_rollout_info(rollout.base_url)
+    account = (describe(out) if describe else None) or last_line(tail(out / "stderr.log"))
     if outcome.timed_out:
         status, reason = "timeout", f"killed after {rollout.timeout_s:g} s"
-    elif outcome.exit_code != 0:
-        status, reason = "crashed", f"exit code {outcome.exit_code}: {last_line(tail(out / 'stderr.log'))}"
+    elif outcome.exit_code == 0:
+        status, reason = "finished", "exit 0"
+    elif gave_up_after_truncation(info):
+        status, reason = "finished", f"exit code {outcome.exit_code} after a reply cut at the token limit: {account}"
     else:
-        status, reason = "finished", finished
+        status, reason = "crashed", f"exit code {outcome.exit_code}: {account}"
     return HarnessResult(
         rollout_id=rollout.rollout_id, status=status, reason=reason, exit_status=str(outcome.exit_code),
-        n_model_calls=proxy_call_count(rollout.base_url), duration_s=round(outcome.duration_s, 3),
+        n_model_calls=int(info.get("calls") or 0), duration_s=round(outcome.duration_s, 3),
         info={"cpu_s": round(outcome.cpu_s, 3), "exit_code": outcome.exit_code,
-              "stdout_log": str(out / "stdout.log"), "stderr_log": str(out / "stderr.log"),
-              "stderr_tail": tail(out / "stderr.log", 500)},
+              "call_outcomes": info.get("call_outcomes"), "stdout_log": str(out / "stdout.log"),
+              "stderr_log": str(out / "stderr.log"), "stderr_tail": tail(out / "stderr.log", 500)},
     )

@@ -3,7 +3,7 @@
 Routes::
 
     POST /rollouts                                   register a rollout (JSON: task_id, mode, ...)
-    GET  /rollouts/{id}                              the rollout, its call count and prefix drift
+    GET  /rollouts/{id}                              the rollout, its call count, prefix drift and how its calls ended
     POST /rollouts/{id}/finish                       set status / reward / failure_reason
     POST /rollouts/{id}/v1/chat/completions          forwarded + recorded (streaming or not)
     POST /rollouts/{id}/v1/completions               forwarded + recorded
@@ -199,7 +199,8 @@ class ProxyApp:
         if record is None:
             raise ProxyError(404, f"unknown rollout {rollout_id!r}", kind="not_found_error")
         drift = self.store.drift_summary(rollout_id)
-        return {**dataclasses.asdict(record), "calls": drift.calls, "drift": dataclasses.asdict(drift)}
+        return {**dataclasses.asdict(record), "calls": drift.calls, "drift": dataclasses.asdict(drift),
+                "call_outcomes": self.store.call_outcomes(rollout_id)}
 
     async def _finish(self, rollout_id: str, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         fields = parse_json_object(await self._body(scope, receive))

@@ -167,6 +167,15 @@ class SqliteTraceStore:
         sql = f"SELECT policy_version, count(*) FROM calls WHERE rollout_id IN ({marks}) GROUP BY policy_version"
         return {row[0]: int(row[1]) for row in self.conn.execute(sql, ids)}
 
+    def call_outcomes(self, rollout_id: str) -> dict[str, Any]:
+        """How a rollout's calls ended: counts by status, and the last call's status and finish reason."""
+        counts = dict(self.conn.execute("SELECT status, count(*) FROM calls WHERE rollout_id=? GROUP BY status",
+                                        (rollout_id,)).fetchall())
+        last = self.conn.execute("SELECT status, finish_reason FROM calls WHERE rollout_id=? ORDER BY seq DESC "
+                                 "LIMIT 1", (rollout_id,)).fetchone()
+        return {"by_status": counts, "last_status": last[0] if last else None,
+                "last_finish_reason": last[1] if last else None}
+
     # prefix drift ---------------------------------------------------------------------------------
     def drift_summary(self, rollout_id: str) -> drift.DriftSummary:
         """How often this rollout's prompts extended the previous call's prompt + completion."""

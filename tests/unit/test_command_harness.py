@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from harness_adapters.command import CommandConfig, CommandHarness
+from harness_adapters.command import CommandConfig, CommandHarness, gave_up_after_truncation
 from harness_adapters.registry import get_harness
 from repro.protocols import HarnessRollout
 from repro.tasks.schema import Task
@@ -88,3 +89,34 @@ def test_identity_changes_with_what_defines_the_agent() -> None:
     b = CommandHarness(CommandConfig(command="python agent.py {task_file}", api="messages")).identity()
     assert a["settings"]["command"] == ["python", "agent.py", "{task_file}"]
     assert a["files_sha256"] != b["files_sha256"]
+
+
+GIVE_UP = ("import json, os, sys, urllib.request; body = json.dumps({{'model': 'm', 'max_tokens': N_TOKENS, "
+           "'messages': [{{'role': 'user', 'content': 'hi'}}]}}).encode(); "
+           "urllib.request.urlopen(urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', body, "
+           "{{'content-type': 'application/json'}})).read(); sys.exit('the reply was cut, giving up')")
+
+
+@pytest.mark.parametrize(("max_tokens", "status"), [(4, "finished"), (64, "crashed")], ids=["cut", "whole"])
+def test_giving_up_after_a_cut_reply_is_the_models_doing(tmp_path: Path, proxy, max_tokens: int,
+                                                         status: str) -> None:
+    """An agent that exits 1 after the model's last reply hit the token limit (Claude Code, Codex) finished: the
+    model's outcome, not an infrastructure failure; the same exit after a whole reply is a crash."""
+    base = proxy.new_rollout("r1")
+    rollout = replace(_rollout(tmp_path), base_url=base)
+    cfg = CommandConfig(command=[sys.executable, "-c", GIVE_UP.replace("N_TOKENS", str(max_tokens))])
+    with get_harness("command", cfg) as harness:
+        (result,) = harness.run([rollout], concurrency=1)
+    assert result.status == status, result.reason
+    assert "the reply was cut, giving up" in result.reason and result.n_model_calls == 1
+    assert result.info["call_outcomes"]["last_status"] == ("truncated" if status == "finished" else "ok")
+
+
+@pytest.mark.parametrize(("outcomes", "gave_up"), [
+    ({"by_status": {"ok": 2, "truncated": 1}, "last_status": "truncated"}, True),
+    ({"by_status": {"truncated": 1, "error": 1}, "last_status": "truncated"}, False),
+    ({"by_status": {"ok": 1}, "last_status": "ok"}, False),
+    ({}, False),
+])
+def test_gave_up_after_truncation_needs_every_call_answered(outcomes: dict, gave_up: bool) -> None:
+    assert gave_up_after_truncation({"call_outcomes": outcomes}) is gave_up
