@@ -180,8 +180,8 @@ def test_run_help_lists_every_experiment_and_every_group_with_its_options(capsys
                                                                       for f in folders}
     for folder in folders:
         group = folder.relative_to(CONFIG_DIR).as_posix()
-        listed = out.split("experiments (", 1)[1] if group == "experiment" else next(
-            line for line in out.splitlines() if line.strip().startswith(f"{group}:"))
+        listed = out.split("experiments (", 1)[1] if group == "experiment" else re.search(
+            rf"^\s+{re.escape(group)}:.*(?:\n\s{{10,}}[^:\n]+)*", out, re.M).group(0)  # with its wrapped lines
         assert all(re.search(rf"\b{path.stem}\b", listed) for path in folder.glob("*.yaml")), group
     assert "mini_repro*" in out and re.search(r"^\s+serving:\s+cpu\*, endpoint, vllm$", out, re.M)
 
