@@ -160,8 +160,18 @@ def write_tokenizer_drift_tables(runs: list[dict[str, Any]], results: Path) -> l
     written = []
     for name, group in by_table(runs).items():
         md, csv = results / f"{name}.md", results / f"{name}.csv"
-        md.write_text(f"# {name}\n\n" + drift_markdown(group))
+        md.write_text(f"# {name}\n\n" + drift_markdown(group) + _archived_note(results, name))
         pd.DataFrame([row(r) | {"run": run_name(r["run_dir"])} for r in newest_per_harness(group)]).to_csv(
             csv, index=False)
         written += [md, csv]
     return written
+
+
+def _archived_note(results: Path, name: str) -> str:
+    """A pointer to tables of this name kept verbatim from before run records (``<name>_<date>.md``: their run
+    directories are gone, so ``repro table`` cannot rebuild their rows)."""
+    archived = sorted(p.name for p in results.glob(f"{name}_*.md"))
+    if not archived:
+        return ""
+    return ("\nEarlier rows, published before run records existed and kept verbatim (their runs are not in "
+            f"`results/runs/`): {', '.join(f'`{a}`' for a in archived)}.\n")

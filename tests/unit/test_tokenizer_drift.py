@@ -145,6 +145,11 @@ def test_repro_table_publishes_the_drift_table(tmp_path: Path) -> None:
     assert "| mini-swe-agent@2.4.6 | Qwen3 (151,669 ids) |" in text
     assert "100.0% [" in text and "(1/1)" in text  # one turn, retokenized: a break
     assert "Command: `repro run -m experiment=tokenizer_drift harness=h0,h1`" in text
+    assert "Earlier rows" not in text
+    (tmp_path / "results" / "fidelity_real_tokenizer_20261202.md").write_text("# kept verbatim\n")
+    write_tables(tmp_path / "outputs", tmp_path / "results")  # a table kept from before run records is pointed to
+    text = (tmp_path / "results" / "fidelity_real_tokenizer.md").read_text()
+    assert "kept verbatim (their runs are not in `results/runs/`): `fidelity_real_tokenizer_20261202.md`" in text
 
 
 def test_random_init_and_warm_started_runs_of_a_harness_each_keep_their_row() -> None:
