@@ -72,7 +72,7 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 def _dead_endpoint_rollout(harness: Any, task: Any, sandbox: LocalSandbox, root: Path) -> Any:
     rollout = HarnessRollout("dead", task, sandbox.workspace(task, "dead").path,
-                             f"http://127.0.0.1:{free_port()}/rollouts/dead/v1", "tiny", root / "dead", 120)
+                             f"http://127.0.0.1:{free_port()}/rollouts/dead/v1", "tiny", root / "dead", 300)
     return harness.run([rollout], 1)[0]
 
 
@@ -98,5 +98,7 @@ def test_the_tool_ran_in_the_working_copy(run: dict[str, Any]) -> None:
 
 
 def test_a_dead_model_server_is_a_crashed_rollout(run: dict[str, Any]) -> None:
+    """The CLI ends by itself, well before the rollout's 300 s (Claude Code and Codex at once, Qwen Code after its
+    own retries, ~100 s), and the run is an infrastructure failure, not a timeout."""
     assert run["dead"].status == "crashed", (run["dead"].status, run["dead"].reason)
-    assert run["dead"].duration_s < 100
+    assert "ECONNREFUSED" in run["dead"].reason or "onnect" in run["dead"].reason, run["dead"].reason

@@ -60,7 +60,7 @@ def test_bad_inputs_fail_with_a_message_naming_the_fix(tmp_path: Path) -> None:
         (["run", "experiment=nope"], "unknown experiment 'nope'"),
         ([*ev, "tasks=file", f"tasks.source={tmp_path}/missing.jsonl"],
          "does not exist"),
-        ([*ev, "job.setup.harness_name=nope"], "known harnesses: mini-swe-agent"),
+        ([*ev, "job.setup.harness_name=nope"], "known harnesses: claude-code, codex, command, mini-swe-agent"),
     ]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"instance_id": "a", "repo": "o/r", "base_commit": "abc", "problem_statement": "x"}\n{oops\n')
