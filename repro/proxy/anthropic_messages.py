@@ -22,7 +22,7 @@ import json
 import uuid
 from typing import Any
 
-from repro.proxy.dialects import Translated
+from repro.proxy.dialects import Translated, text_or_blocks
 from repro.proxy.errors import bad_request
 
 DROPPED_FIELDS = ("thinking", "context_management", "metadata", "service_tier", "top_k", "container", "mcp_servers")
@@ -56,10 +56,9 @@ def messages_to_chat(req: dict[str, Any]) -> Translated:
 
 def _text_of(content: Any, ignored: list[str], where: str) -> str:
     """A string, or text blocks joined (other blocks named in ``ignored``)."""
+    content = text_or_blocks(content, where, "content blocks")
     if isinstance(content, str):
         return content
-    if not isinstance(content, list):
-        raise bad_request(f"{where} must be a string or a list of content blocks")
     parts = []
     for block in content:
         kind = block.get("type") if isinstance(block, dict) else None

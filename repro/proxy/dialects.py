@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from repro.proxy.errors import ProxyError
+from repro.proxy.errors import ProxyError, bad_request
 from repro.store import CallRecord
 
 
@@ -75,3 +75,10 @@ def chunk_deltas(chunk: dict[str, Any]) -> Iterator[tuple[str, Any]]:
             yield "text", delta["content"]
         for call in delta.get("tool_calls") or ():
             yield "tool", call
+
+
+def text_or_blocks(content: Any, where: str, what: str) -> str | list[Any]:
+    """A message's content: a string as is, or its list of blocks (parts); a 400 naming ``where`` otherwise."""
+    if isinstance(content, str | list):
+        return content
+    raise bad_request(f"{where} must be a string or a list of {what}")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from repro.proxy.dialects import Translated
+from repro.proxy.dialects import Translated, text_or_blocks
 from repro.proxy.errors import ProxyError, bad_request
 from repro.proxy.openai_responses_stream import ResponsesStream, chat_to_response
 
@@ -130,10 +130,9 @@ def _message(item: dict[str, Any], i: int, ignored: list[str]) -> dict[str, Any]
 
 def _text_of(content: Any, ignored: list[str], where: str) -> str:
     """A string, or content parts' texts joined with a newline (placeholders for images, files and audio)."""
+    content = text_or_blocks(content, where, "content parts")
     if isinstance(content, str):
         return content
-    if not isinstance(content, list):
-        raise bad_request(f"{where} must be a string or a list of content parts")
     texts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None

@@ -9,18 +9,8 @@ from typing import Any
 import pandas as pd
 
 from repro.evaluation.paired import paired_summary
+from repro.report import cells
 from repro.report.before_after import mean_over_seeds, seed_groups
-from repro.report.cells import (
-    calls_summary,
-    command_line,
-    delta_cell,
-    mde_cell,
-    mean_cell,
-    pass_at_k_cell,
-    pass_cell,
-    pct,
-    run_name,
-)
 from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
 from repro.report.table_files import write_named_tables
 from repro.report.tokenizer_drift import TOKENIZER_NAMES
@@ -40,9 +30,9 @@ def _schedule(run: dict[str, Any]) -> str:
 
 def _comparison(run: dict[str, Any], arm: str, n: int, before: str, after: str,
                 paired: dict[str, Any], **rest: str) -> dict[str, Any]:
-    return {"run": run_name(run["run_dir"]), "seed": rest.pop("seed", run.get("seed", "")), "RL rollouts by": arm,
+    return {"run": cells.run_name(run["run_dir"]), "seed": rest.pop("seed", run.get("seed", "")), "RL rollouts by": arm,
             "RL": _schedule(run), "n": n, "Pass@1 before": before, "Pass@1 after": after,
-            "delta [95% CI]": delta_cell(paired), "MDE": mde_cell(paired),
+            "delta [95% CI]": cells.delta_cell(paired), "MDE": cells.mde_cell(paired),
             "sign-flip p": f"{paired['sign_flip_p']:.3g}", **rest}
 
 
@@ -52,10 +42,10 @@ def arm_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     for kind, arm in run["arms"].items():
         paired, total = arm["paired_vs_before"], arm["compute"].get("total", {})
         weights = arm.get("weights_sha256")
-        rows.append(_comparison(run, kind, paired["n"], pass_cell(run["before"]), pass_cell(arm["after"]),
-                                paired, **{"pass@k before -> after": pass_at_k_cell({"before": run["before"],
+        rows.append(_comparison(run, kind, paired["n"], cells.pass_cell(run["before"]), cells.pass_cell(arm["after"]),
+                                paired, **{"pass@k before -> after": cells.pass_at_k_cell({"before": run["before"],
                                                                                        "after": arm["after"]}),
-                                           "calls per rollout after": calls_summary(
+                                           "calls per rollout after": cells.calls_summary(
                                                arm["after"].get("calls_histogram") or {}),
                                            "weights after": weights[:8] if weights else "-",
                                            "hours (wall)": _hours(arm["compute"]),
@@ -77,7 +67,7 @@ def pooled_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for kind, values in after.items():
         paired = paired_summary(before, values)
         sd = statistics.stdev(r["arms"][kind]["paired_vs_before"]["delta"] for r in runs)
-        rows.append(_comparison(runs[0], kind, paired["n"], mean_cell(before), mean_cell(values), paired,
+        rows.append(_comparison(runs[0], kind, paired["n"], cells.mean_cell(before), cells.mean_cell(values), paired,
                                 seed=seeds, **{"seed sd of delta": f"{100 * sd:.1f}"}) | {"run": label})
     if {"proxy", "rebuilt"} <= set(after):
         paired = paired_summary(after["proxy"], after["rebuilt"])
@@ -118,9 +108,9 @@ def fidelity_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             f"turn {example['turn']}: harness `{example['harness_excerpt']}` / rebuilt `{example['rebuilt_excerpt']}`"
         rows.append({
             "harness version": version, "tokenizer": tokenizer, "rollouts": fid["rollouts"], "turns": fid["turns"],
-            "divergent turns": fid["divergent_turns"], "divergence rate": pct(fid["divergence_rate"]),
+            "divergent turns": fid["divergent_turns"], "divergence rate": cells.pct(fid["divergence_rate"]),
             "first divergent turn": ", ".join(map(str, fid["first_divergent_turns"])) or "-",
-            "rebuilt drift": pct(fid["rebuilt_drift_rate"]),
+            "rebuilt drift": cells.pct(fid["rebuilt_drift_rate"]),
             "rebuilt exits": ", ".join(f"{k} {v}" for k, v in sorted(fid["rebuilt_exits"].items())),
             "first difference": excerpt.replace("\n", "\\n").replace("|", "\\|"),
         })
@@ -129,7 +119,7 @@ def fidelity_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
 
 def comparison_markdown(runs: list[dict[str, Any]]) -> str:
     arms = pd.DataFrame(table_rows(runs)).fillna("")
-    fidelity = pd.DataFrame([{"run": run_name(run["run_dir"]), **r} for run in runs for r in fidelity_rows(run)])
+    fidelity = pd.DataFrame([{"run": cells.run_name(run["run_dir"]), **r} for run in runs for r in fidelity_rows(run)])
     first = runs[-1]
     table = arms.to_markdown(index=False, disable_numparse=True)
     lines = ["## RL through the real harness vs the rebuilt loop", "", table, "",
@@ -157,7 +147,7 @@ def _provenance(runs: list[dict[str, Any]]) -> str:
     """The command that made the runs (a slice of another experiment's runs says so) and their sources."""
     sliced = " (the proxy and rebuilt arms of each of its runs)" if runs[0].get("slice_of") else ""
     sources = ", ".join(f"`{r['run_dir']}`" for r in runs)
-    return f"Command: `{command_line(runs)}`{sliced}, then `repro table`. Sources: {sources}."
+    return f"Command: `{cells.command_line(runs)}`{sliced}, then `repro table`. Sources: {sources}."
 
 
 def _warm_starts(runs: list[dict[str, Any]]) -> str:
@@ -168,7 +158,7 @@ def _warm_starts(runs: list[dict[str, Any]]) -> str:
 
 def arm_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Each arm of a run as a run of its own (for the diagnostics tables): run name ``<run>/<arm>``."""
-    return [{"run_dir": f"{run['run_dir']}/{kind}", "name": f"{run_name(run['run_dir'])}/{kind}",
+    return [{"run_dir": f"{run['run_dir']}/{kind}", "name": f"{cells.run_name(run['run_dir'])}/{kind}",
              "seed": run.get("seed", ""), "rl": {}, "table": run.get("table"), "experiment": run["experiment"],
              "diagnostics": arm.get("diagnostics") or [h.get("diagnostics") for h in arm.get("history", [])]}
             for kind, arm in run["arms"].items()]
