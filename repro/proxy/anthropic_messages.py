@@ -44,6 +44,8 @@ def messages_to_chat(req: dict[str, Any]) -> Translated:
     for name in ("temperature", "top_p", "stream"):
         if name in req:
             chat[name] = req[name]
+    if req.get("stream") is True:  # message_delta reports the usage at the end of the stream
+        chat["stream_options"] = {"include_usage": True}
     if req.get("stop_sequences"):
         chat["stop"] = list(req["stop_sequences"])
     tools = [_tool(tool, ignored) for tool in req.get("tools") or []]

@@ -153,8 +153,6 @@ class ProxyApp:
         original = parse_json_object(await self._body(scope, receive))
         translated = dialect.to_chat(original)
         check_chat(translated.chat)
-        if translated.chat.get("stream") is True:  # the dialects report usage at the end of a stream
-            translated.chat.setdefault("stream_options", {"include_usage": True})
         stored = {**storable_request(translated.chat),
                   "translated_from": {"api": dialect.api, "ignored": sorted(set(translated.ignored))}}
         call = self._new_call(rollout_id, dialect.api, scope, stored, translated.chat, t_start, purpose)

@@ -45,6 +45,7 @@ def test_a_claude_code_turn_with_a_tool_round_trip() -> None:
     assert out.chat["tools"] == [{"type": "function", "function": {
         "name": "Bash", "parameters": BASH["input_schema"], "description": "Run a command"}}]
     assert (out.chat["max_tokens"], out.chat["stream"], out.chat["tool_choice"]) == (32000, True, "auto")
+    assert out.chat["stream_options"] == {"include_usage": True}  # message_delta's usage
     assert {"thinking", "metadata", "context_management", "cache_control", "thinking block in messages[2]",
             "tool web_search (no input_schema)"} <= set(out.ignored)
 
