@@ -24,6 +24,7 @@ from harness_adapters.node_cli_env import CLAUDE_CODE, CODEX, QWEN_CODE, NodeCli
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import DUMMY_API_KEY, isolated_env
 from repro.protocols import HarnessResult, HarnessRollout
+from repro.secrets import REDACTED, without_secrets
 
 RESULT_NAME = "cli_result.json"
 
@@ -81,8 +82,8 @@ class CliAgentHarness(PerRolloutHarness):
 
     def identity(self) -> dict[str, Any]:
         """Name, version, the API, packages and settings (what shapes the prompt and the run), and their hash."""
-        settings = {"api": self.api, **asdict(self.cfg), "quiet_env": dict(self.spec.quiet_env),
-                    "quiet_args": list(self.spec.quiet_args)}
+        settings = without_secrets({"api": self.api, **asdict(self.cfg), "quiet_env": dict(self.spec.quiet_env),
+                                    "quiet_args": list(self.spec.quiet_args)}, REDACTED)  # published: no keys
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         return {"name": self.name, "version": self.version, "packages": self._env.packages(), "settings": settings,
                 "files_sha256": {"settings": digest}}

@@ -37,6 +37,7 @@ import httpx
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import DUMMY_API_KEY, isolated_env, last_line, run_in_session, tail
 from repro.protocols import HarnessResult, HarnessRollout
+from repro.secrets import REDACTED, without_secrets
 
 NAME = "command"
 APIS = ("chat", "responses", "messages")
@@ -134,7 +135,8 @@ class CommandHarness(PerRolloutHarness):
 
     def identity(self) -> dict[str, Any]:
         """The label, version, API, command and env templates (and their hash): what defines the agent here."""
-        settings = {"command": self.cfg.command, "api": self.cfg.api, "env": dict(sorted(self.cfg.env.items())),
+        env = without_secrets(dict(sorted(self.cfg.env.items())), REDACTED)  # the spec is published: no keys
+        settings = {"command": self.cfg.command, "api": self.cfg.api, "env": env,
                     "model_name": self.cfg.model_name or "{served_model_name}", "step_limit": self.cfg.step_limit}
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         return {"name": NAME, "label": self.cfg.label, "version": self.version, "settings": settings,

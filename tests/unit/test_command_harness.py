@@ -120,3 +120,22 @@ def test_giving_up_after_a_cut_reply_is_the_models_doing(tmp_path: Path, proxy, 
 ])
 def test_gave_up_after_truncation_needs_every_call_answered(outcomes: dict, gave_up: bool) -> None:
     assert gave_up_after_truncation({"call_outcomes": outcomes}) is gave_up
+
+
+def test_a_key_in_the_agents_env_never_reaches_its_identity() -> None:
+    """The identity goes into the frozen spec and the published records: a key given in ``env`` is redacted
+    there (the agent still gets it)."""
+    cfg = CommandConfig(command="python agent.py", env={"MY_AGENT_API_KEY": "sk-real-123", "MODE": "fast"})
+    identity = CommandHarness(cfg).identity()
+    assert "sk-real-123" not in json.dumps(identity)
+    assert identity["settings"]["env"] == {"MODE": "fast", "MY_AGENT_API_KEY": "<redacted>"}
+
+
+def test_a_key_in_a_clis_extra_env_never_reaches_its_identity() -> None:
+    from harness_adapters.cli_agents import ClaudeCodeConfig, ClaudeCodeHarness
+    from harness_adapters.node_cli_env import CLAUDE_CODE, node_cli_env
+
+    cfg = ClaudeCodeConfig(extra_env={"ANTHROPIC_API_KEY": "sk-ant-real-9"})
+    identity = ClaudeCodeHarness(cfg, env=node_cli_env(CLAUDE_CODE)).identity()  # paths only: nothing installed
+    assert "sk-ant-real-9" not in json.dumps(identity)
+    assert identity["settings"]["extra_env"] == {"ANTHROPIC_API_KEY": "<redacted>"}
