@@ -18,12 +18,16 @@ from repro.store import open_store
 from repro.store.records import CallRecord
 
 _SLIPPED_EDIT = re.compile(r"^sed -n '\d*s\|")
+_TEXT_BLOCK = re.compile(r"```(?:bash|mswea_bash_command)[ \t]*\n(.*?)\n?```", re.DOTALL)  # text-mode harnesses
 
 
 def call_commands(call: CallRecord) -> list[str]:
-    """The ``command`` arguments of the tool calls in a stored call's response (none for text-mode answers)."""
+    """The commands in a stored call's response: the ``command`` arguments of its tool calls, else (a text-mode
+    harness such as mini-SWE-agent 1.x) its ```` ```bash ```` blocks."""
     choices = (call.response or {}).get("choices") or [{}]
     message = choices[0].get("message") or {}
+    if not message.get("tool_calls"):
+        return [block.strip() for block in _TEXT_BLOCK.findall(message.get("content") or "")]
     commands = []
     for tool_call in message.get("tool_calls") or ():
         try:

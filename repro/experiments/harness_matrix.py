@@ -23,6 +23,7 @@ from typing import Any
 from harness_adapters.registry import get_harness
 from repro.accounting import Accountant
 from repro.evaluation import eval_metrics, write_metrics
+from repro.evaluation.habits import slip_share
 from repro.experiments.loop_comparison import FidelityConfig, comparison_metrics, replay_store
 from repro.experiments.miniature import Miniature, MiniatureConfig, split_train
 from repro.experiments.records import paired_tests, per_instance
@@ -247,6 +248,7 @@ def matrix_metrics(prepared: Matrix, warm: dict[str, list[Any]], arms: dict[str,
         "trained_in": a["trained_in"], "loop": a["loop"], "after": evaluated(a["after"], f"rl-{name}"),
         "paired_vs_warm": {h: paired_tests(warm[h], r) for h, r in a["after"].items()},
         "per_instance": {h: per_instance(r) for h, r in a["after"].items()},
+        "habits": {h: slip_share(a["dir"] / "traces.sqlite", r, mini.operators) for h, r in a["after"].items()},
         "history": a["history"], "diagnostics": [s["diagnostics"] for s in a["history"]], "probe": a["probe"],
         "weights_sha256": a["weights_sha256"], "compute": a["compute"], "wall_s": a["wall_s"]}
         for name, a in arms.items()}
@@ -257,6 +259,7 @@ def matrix_metrics(prepared: Matrix, warm: dict[str, list[Any]], arms: dict[str,
         "task_distribution": mini.spec.tasks.name, "train_tasks": mini.train_name, "eval_temperature": ev.temperature,
         "warm_start": mini.warm, "warm": evaluated(warm, mini.warm_label),
         "warm_per_instance": {h: per_instance(r) for h, r in warm.items()}, "arms": out_arms,
+        "warm_habits": {h: slip_share(prepared.run_dir / "traces.sqlite", r, mini.operators) for h, r in warm.items()},
         "rl": rl.schedule(), "trainer": asdict(rl.update), "seed": rl.seed, "compute": prepared.acct.to_dict(),
         "started_at": started, "finished_at": time.time(), "wall_s": time.time() - started,
     }

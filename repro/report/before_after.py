@@ -19,17 +19,18 @@ from repro.evaluation.paired import paired_summary
 from repro.pricing import cost_cell
 from repro.report.cells import (
     calls_summary,
-    delta_cell,
     hydra_experiment,
-    mde_cell,
     mean_cell,
+    paired_cells,
     pass_at_k_cell,
     pass_cell,
     pct,
     run_name,
 )
+from repro.report.families import family_frame, family_markdown, family_rows, summed_slips, write_family_csv
+from repro.report.protocol import protocol_note
 from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
-from repro.report.table_files import write_named_tables
+from repro.report.table_files import by_table, table_file_stem, write_named_tables
 
 PHASES = ("setup", "warm_start_demos", "warm_start_sft", "eval_before", "rl_rollouts", "rl_training", "eval_after")
 
@@ -104,8 +105,7 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
         "n": paired["n"], "Pass@1 before": pass_cell(run["before"]), "Pass@1 after": pass_cell(run["after"]),
         "pass@k before -> after": pass_at_k_cell(run), "calls per rollout before -> after": _calls_cell(run),
         "slipped edits before -> after": _habit_cell(run),
-        "delta [95% CI]": delta_cell(paired), "MDE": mde_cell(paired),
-        "sign-flip p": _p(paired.get("sign_flip_p")), "McNemar p (sample 0)": _p(paired.get("mcnemar_p")),
+        **paired_cells(paired), "seed sd of delta": "", "McNemar p (sample 0)": _p(paired.get("mcnemar_p")),
         "weights before -> after": _weights_cell(run),
         "wall h": f"{run.get('wall_s', 0) / 3600:.2f}", "hours per phase (wall)": _phase_hours(run),
         "CPU core-h": f"{total.get('cpu_core_h', 0):.2f}", "GPU h": f"{total.get('gpu_h_allocated', 0):.2f}",
@@ -136,9 +136,8 @@ def pooled_row(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
             "run": f"pooled ({len(runs)} seeds)", "seed": ",".join(str(r.get("seed", "?")) for r in runs),
             "loop": runs[0].get("loop", "proxy"), "weighting": runs[0]["samples"]["weighting"],
             "samples": runs[0]["samples"]["mode"], "RL": _rl_cell(runs[0]), "n": paired["n"],
-            "Pass@1 before": mean_cell(before), "Pass@1 after": mean_cell(after),
-            "delta [95% CI]": f"{delta_cell(paired)}, seed sd {100 * sd:.1f}", "MDE": mde_cell(paired),
-            "sign-flip p": _p(paired["sign_flip_p"]),
+            "Pass@1 before": mean_cell(before), "Pass@1 after": mean_cell(after), **paired_cells(paired),
+            "seed sd of delta": f"{100 * sd:.1f}",
             "wall h": f"{sum(r.get('wall_s', 0) for r in runs) / 3600:.2f}", "CPU core-h": f"{total_cpu:.2f}",
             "fingerprint": runs[0]["fingerprint"][:8]}
 
@@ -149,6 +148,25 @@ def seed_groups(runs: list[dict[str, Any]], key: Callable[[dict[str, Any]], tupl
     for run in runs:
         groups.setdefault(key(run), []).append(run)
     return [sorted(g, key=lambda r: (str(r.get("seed", "")), r.get("started_at", 0))) for g in groups.values()]
+
+
+def _slips(runs: list[dict[str, Any]], side: str) -> dict[str, list[int]] | None:
+    return summed_slips([(r.get("habits") or {}).get(side) for r in runs])
+
+
+def family_sections(group: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """One configuration's family rows: each seed's, then pooled over the seeds (per-instance means), last."""
+    if not all("per_instance" in r for r in group):
+        return []
+    sections = [({"run": run_name(r["run_dir"]), "seed": r.get("seed", "")},
+                 family_rows(r["per_instance"]["before"], r["per_instance"]["after"], _slips([r], "before"),
+                             _slips([r], "after"))) for r in group]
+    if len(group) > 1:
+        before = mean_over_seeds([r["per_instance"]["before"] for r in group])
+        after = mean_over_seeds([r["per_instance"]["after"] for r in group])
+        label = {"run": f"pooled ({len(group)} seeds)", "seed": ",".join(str(r.get("seed", "?")) for r in group)}
+        sections.append((label, family_rows(before, after, _slips(group, "before"), _slips(group, "after"))))
+    return sections
 
 
 def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -195,8 +213,8 @@ def ablation_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({"configuration": " ".join(changed(group[0])),
                      "seeds": ",".join(str(b.get("seed")) for _, b in pairs), "n": paired["n"],
                      "Pass@1 after, default": mean_cell(base), "Pass@1 after, this": mean_cell(other),
-                     "this - default [95% CI]": delta_cell(paired), "MDE": mde_cell(paired),
-                     "sign-flip p": _p(paired["sign_flip_p"])})
+                     **{("this - default [95% CI]" if k == "delta [95% CI]" else k): v
+                        for k, v in paired_cells(paired).items()}})
     return rows
 
 
@@ -230,15 +248,26 @@ def _kept(probe: dict[str, Any]) -> str:
     return text
 
 
-def run_markdown(runs: list[dict[str, Any]]) -> str:
-    """The markdown table for ``runs`` (all of one table), with the diagnostics summary and how to read it."""
+def _distinct(runs: list[dict[str, Any]], key: str) -> str:
+    """The distinct values of ``key`` over the runs, in order, each with the runs it is for when they differ."""
+    values = list(dict.fromkeys(str(r.get(key, "?")) for r in runs))
+    if len(values) == 1:
+        return f"`{values[0]}`"
+    return "; ".join(f"`{v}` ({', '.join(run_name(r.get('run_dir', '')) for r in runs if str(r.get(key)) == v)})"
+                     for v in values)
+
+
+def run_markdown(runs: list[dict[str, Any]], kind_runs: list[dict[str, Any]] | None = None) -> str:
+    """The markdown table for ``runs`` (all of one table), with the diagnostics summary, how to read it and what
+    its records say of the protocol (``kind_runs``: every before/after run, for the validation runs)."""
     frame = pd.DataFrame(table_rows(runs))
     lines = [frame.to_markdown(index=False, disable_numparse=True), ""]
     fingerprints = {r["fingerprint"] for r in runs}
     if len(fingerprints) > 1:
         lines.append(f"**Warning**: {len(fingerprints)} different evaluation fingerprints; rows are not comparable.")
     first = runs[0]
-    lines.append(f"Held-out tasks: `{first['task_distribution']}`; train tasks: `{first['train_tasks']}`. "
+    held_out, train = _distinct(runs, "task_distribution"), _distinct(runs, "train_tasks")
+    lines.append(f"Held-out tasks: {held_out}; train tasks: {train}. "
                  f"Pass@1 = mean over k={first['before'].get('k', 1)} samples per task at temperature "
                  f"{first.get('eval_temperature', '?')}, 95% Wilson intervals (pooled rows: bootstrap over "
                  "instances); delta = paired mean difference over instances in points (bootstrap interval); MDE = "
@@ -252,6 +281,12 @@ def run_markdown(runs: list[dict[str, Any]]) -> str:
     if seeds:
         lines += ["", f"Rebuild: `repro run -m experiment={hydra_experiment(first)} seed={','.join(seeds)}` (plus the "
                       "overrides in each run's `overrides.txt`), then `repro table`."]
+    groups = [family_sections(g) for g in seed_groups(runs, config_key)]
+    shown = [sections[-1] for sections in groups if sections]
+    if shown:
+        lines += ["", *family_markdown(family_frame(shown), "pooled over each configuration's seeds; every seed in "
+                                       f"`{table_file_stem(first.get('table') or first['experiment'])}_families.csv`")]
+    lines += ["", protocol_note(runs, kind_runs or runs, config_key)]
     ablations = ablation_rows(runs)
     if ablations:
         lines += ["", "### Against the default configuration (Pass@1 after RL, seeds paired, instances paired)", "",
@@ -270,7 +305,11 @@ def run_markdown(runs: list[dict[str, Any]]) -> str:
 def write_before_after_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """``results/<table>.md`` and ``.csv`` per table name, and ``<table>_diagnostics.md`` / ``.csv``: every RL
     step of every run."""
-    written = write_named_tables(runs, results, run_markdown, lambda run: [row(run)])
+    written = write_named_tables(runs, results, lambda rows: run_markdown(rows, runs), table_csv_rows=table_rows)
+    for name, table_runs in by_table(runs).items():
+        sections = [s for g in seed_groups(table_runs, config_key) for s in family_sections(g)]
+        if sections:
+            written.append(write_family_csv(family_frame(sections), results, name))
     return written + write_diagnostics(runs, results)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.evaluation.metrics import bootstrap_interval
+from repro.evaluation.paired import SIGN_FLIP_RESAMPLES  # what records made before they named it drew
 
 
 def pct(value: float | None) -> str:
@@ -28,6 +29,36 @@ def delta_cell(paired: dict[str, Any]) -> str:
 def mde_cell(paired: dict[str, Any]) -> str:
     """The minimum detectable effect in points ('-' when unknown)."""
     return "-" if paired.get("mde") is None else f"{100 * paired['mde']:.1f}"
+
+
+
+
+def sign_flip_cell(paired: dict[str, Any]) -> str:
+    """The sign-flip p with three significant digits; at its Monte Carlo floor (no resample as extreme as the
+    observed difference: ``1 / (resamples + 1)``) it is a bound, ``< 5e-05``, not a value."""
+    p = paired.get("sign_flip_p")
+    if p is None:
+        return "-"
+    floor = 1 / (paired.get("sign_flip_resamples", SIGN_FLIP_RESAMPLES) + 1)
+    return f"< {floor:.1g}" if p <= floor * (1 + 1e-9) else f"{p:.3g}"
+
+
+def identical(paired: dict[str, Any]) -> bool:
+    """Whether the two sides had the same outcome on every instance (every paired difference 0)."""
+    return paired.get("delta") == 0 and paired.get("mde") == 0 and paired.get("delta_low") == paired.get(
+        "delta_high") == 0
+
+
+IDENTICAL = "identical on every instance"
+
+
+def paired_cells(paired: dict[str, Any]) -> dict[str, str]:
+    """The difference [95% CI], MDE and sign-flip p of a paired comparison; identical outcomes say so instead of
+    printing a zero interval, an MDE of 0 and p = 1 as if they were statistics."""
+    if identical(paired):
+        return {"delta [95% CI]": IDENTICAL, "MDE": "-", "sign-flip p": "-"}
+    return {"delta [95% CI]": delta_cell(paired), "MDE": mde_cell(paired),
+            "sign-flip p": sign_flip_cell(paired)}
 
 
 def mean_cell(values: dict[str, float]) -> str:

@@ -12,11 +12,18 @@ import pandas as pd
 
 from repro.evaluation.paired import paired_summary
 from repro.report.before_after import mean_over_seeds, seed_groups
-from repro.report.cells import command_line, delta_cell, mde_cell, mean_cell, pass_cell, run_name
-from repro.report.table_files import write_named_tables
+from repro.report.cells import command_line, delta_cell, mean_cell, paired_cells, pass_cell, run_name
+from repro.report.families import family_frame, family_markdown, family_rows, summed_slips, write_family_csv
+from repro.report.protocol import protocol_note
+from repro.report.table_files import by_table, write_named_tables
 from repro.report.table_plots import image_link, table_plot
 
 WARM = "warm start"
+REPLAY_NOTE = ("A replayed turn counts as divergent when its prompt differs from the harness's by any token. The "
+               "replay runs each rollout in a fresh working copy named `replay-<rollout id>`, so a turn whose "
+               "observation echoes the working copy's path differs by that name alone (the first difference that "
+               "`loop_comparison.md` shows for 2.4.6): for 2.4.6 the count is an upper bound on differences of the "
+               "loop itself.")
 
 
 def config_key(run: dict[str, Any]) -> tuple:
@@ -70,13 +77,36 @@ def home_rows(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
             paired = paired_summary(values[other][harness], values[harness][harness])
             seeds = [paired_summary(r["arms"][other]["per_instance"][harness],
                                     r["arms"][harness]["per_instance"][harness])["delta"] for r in group]
+            cells = paired_cells(paired)
             rows.append({"evaluated in": first["harnesses"][harness], "trained here": arm_label(first, harness),
                          "minus trained in": arm_label(first, other), "n": paired["n"],
-                         "difference [95% CI]": delta_cell(paired), "MDE": mde_cell(paired),
-                         "sign-flip p": f"{paired['sign_flip_p']:.3g}",
+                         "difference [95% CI]": cells.pop("delta [95% CI]"), **cells,
                          "each seed": ", ".join(f"{100 * d:+.1f}" for d in seeds),
                          "seed sd": f"{100 * statistics.stdev(seeds):.1f}" if len(seeds) > 1 else "-"})
     return rows
+
+
+def _slips(group: list[dict[str, Any]], trained: str, harness: str) -> dict[str, list[int]] | None:
+    """Slipped edits of one cell summed over the seeds (None: records made before the matrix counted them)."""
+    counts = []
+    for run in group:
+        habits = run.get("warm_habits") if trained == WARM else run["arms"][trained].get("habits")
+        counts.append((habits or {}).get(harness))
+    return summed_slips(counts)
+
+
+def family_sections(group: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """By task family, pooled over the seeds: each arm (A) against the warm start (B) in each harness, then in
+    each harness RL also trained in, the arm trained there (A) against each other arm (B)."""
+    values, first, sections = pooled(group), group[0], []
+    pairs = [(arm, WARM, harness) for arm in first["arms"] for harness in first["harnesses"]]
+    pairs += [(harness, other, harness) for harness in first["harnesses"] if harness in first["arms"]
+              for other in first["arms"] if other != harness]
+    for a, b, harness in pairs:
+        label = {"evaluated in": first["harnesses"][harness], "A": a, "B": b}
+        sections.append((label, family_rows(values[b][harness], values[a][harness], _slips(group, b, harness),
+                                            _slips(group, a, harness), sides=("B", "A"))))
+    return sections
 
 
 def loop_rows(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -119,7 +149,7 @@ def seed_cells(run: dict[str, Any]) -> dict[str, Any]:
     return {"run": run_name(run["run_dir"]), "seed": run.get("seed", ""), **cells}
 
 
-def matrix_markdown(runs: list[dict[str, Any]]) -> str:
+def matrix_markdown(runs: list[dict[str, Any]], kind_runs: list[dict[str, Any]] | None = None) -> str:
     sections = []
     for group in seed_groups(runs, config_key):
         seeds = ",".join(str(r.get("seed", "?")) for r in group)
@@ -129,11 +159,14 @@ def matrix_markdown(runs: list[dict[str, Any]]) -> str:
         if home:
             sections += ["## Trained here minus trained elsewhere, per evaluation harness", "",
                          pd.DataFrame(home).to_markdown(index=False, disable_numparse=True), ""]
-        sections += ["## The training loops: calls per rollout, and fidelity of the rebuilt loop", "",
+        sections += [*family_markdown(family_frame(family_sections(group)),
+                                      "pooled over the seeds; delta = A - B, paired over the family's tasks"),
+                     "## The training loops: calls per rollout, and fidelity of the rebuilt loop", "",
                      pd.DataFrame(loop_rows(group)).fillna("").to_markdown(index=False, disable_numparse=True), "",
+                     REPLAY_NOTE, "",
                      "## Each seed", "",
                      pd.DataFrame([seed_cells(r) for r in group]).to_markdown(index=False, disable_numparse=True), "",
-                     _notes(group), _provenance(group)]
+                     _notes(group), protocol_note(group, kind_runs or runs, config_key) + "\n", _provenance(group)]
     return "\n".join(sections) + "\n"
 
 
@@ -163,10 +196,13 @@ def _provenance(group: list[dict[str, Any]]) -> str:
 
 def write_harness_matrix_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """``results/<table>.md`` and ``.csv`` per table name, and the heatmap of each CSV (``.svg``) linked below."""
-    written = write_named_tables(runs, results, matrix_markdown, csv_rows)
+    written = write_named_tables(runs, results, lambda rows: matrix_markdown(rows, runs), csv_rows)
     for csv in [p for p in written if p.suffix == ".csv"]:
         svg, alt = table_plot(csv)
         md = csv.with_suffix(".md")
         md.write_text(md.read_text() + "\n" + image_link(svg, alt) + "\n")
         written.append(svg)
+    for name, table_runs in by_table(runs).items():
+        sections = [s for group in seed_groups(table_runs, config_key) for s in family_sections(group)]
+        written.append(write_family_csv(family_frame(sections), results, name))
     return written

@@ -20,6 +20,8 @@ import yaml
 
 from repro.evaluation.paired import paired_summary
 from repro.report import before_after, eval_table, loop_comparison, plots
+from repro.report.cells import paired_cells
+from repro.report.families import family_frame
 from repro.report.html import esc, page, pre, table, tag
 from repro.report.rl_diagnostics import diagnostics_rows, diagnostics_summary, merged_histogram
 from repro.report.run_data import Run, Sample, expand, load_run, samples_of
@@ -79,10 +81,18 @@ def kind_rows(kind: str, metrics: list[dict[str, Any]]) -> str:
         return warnings + table(eval_table.markdown_frame(rows))
     if kind == "before_after":
         summary = diagnostics_summary(metrics)
+        families = [s for g in before_after.seed_groups(metrics, before_after.config_key)
+                    for s in before_after.family_sections(g)]
         return table(pd.DataFrame(before_after.table_rows(metrics))) + (
+            tag("div", "What changed, by task family", class_="label") + table(family_frame(families))
+            if families else "") + (
             tag("div", "RL diagnostics per run", class_="label") + table(summary) if len(summary) else "")
     if kind == "loop_comparison":
-        return table(pd.DataFrame(loop_comparison.table_rows(metrics)).fillna(""))
+        families = [s for g in loop_comparison.seed_groups(metrics, loop_comparison.config_key)
+                    for s in loop_comparison.family_sections(g)]
+        return table(pd.DataFrame(loop_comparison.table_rows(metrics)).fillna("")) + (
+            tag("div", "What changed, by task family", class_="label") + table(family_frame(families))
+            if families else "")
     return tag("p", esc(f"no table for runs of kind {kind!r}"), class_="muted")
 
 
@@ -93,10 +103,6 @@ def final_per_instance(metrics: dict[str, Any]) -> dict[str, float] | None:
     return (metrics.get("per_instance") or {}).get("after")
 
 
-def _pp(value: float) -> str:
-    return f"{100 * value:+.1f}"
-
-
 def comparison_section(runs: list[Run]) -> str:
     """Each run against the first, paired over the instances both evaluated (final evaluations)."""
     base = runs[0]
@@ -105,17 +111,14 @@ def comparison_section(runs: list[Run]) -> str:
         a, b = final_per_instance(base.metrics or {}), final_per_instance(other.metrics or {})
         if not a or not b or not set(a) & set(b):
             continue
-        p = paired_summary(a, b)
-        rows.append({"comparison": f"{other.label} - {base.label}", "n": p["n"],
-                     "delta [95% CI] (points)": f"{_pp(p['delta'])} [{_pp(p['delta_low'])}, {_pp(p['delta_high'])}]",
-                     "bootstrap p": f"{p['bootstrap_p']:.3g}", "sign-flip p": f"{p['sign_flip_p']:.3g}",
-                     "MDE (points)": f"{100 * p['mde']:.1f}" if p.get("mde") is not None else "-"})
+        rows.append({"comparison": f"{other.label} - {base.label}", "n": len(set(a) & set(b)),
+                     **paired_cells(paired_summary(a, b))})
     if not rows:
         return ""
     return (tag("h2", "Comparison", id_="comparison") + table(rows) +
             tag("p", "Paired over instances: per-instance solved share of each run's final evaluation (after RL for "
-                     "a before/after run); bootstrap interval, paired bootstrap and sign-flip p, minimum detectable "
-                     "effect (alpha 0.05, power 0.8). Same frozen-evaluation fingerprint, so comparable.",
+                     "a before/after run); bootstrap interval in points, sign-flip p, minimum detectable effect in "
+                     "points (alpha 0.05, power 0.8). Same frozen-evaluation fingerprint, so comparable.",
                 class_="note"))
 
 

@@ -11,8 +11,10 @@ import pandas as pd
 from repro.evaluation.paired import paired_summary
 from repro.report import cells
 from repro.report.before_after import mean_over_seeds, seed_groups
+from repro.report.families import family_frame, family_markdown, family_rows, summed_slips, write_family_csv
+from repro.report.protocol import protocol_note
 from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
-from repro.report.table_files import write_named_tables
+from repro.report.table_files import by_table, write_named_tables
 from repro.report.tokenizer_drift import TOKENIZER_NAMES
 
 ARM_PHASES = ("rl_rollouts", "rl_training", "eval_after")
@@ -32,8 +34,7 @@ def _comparison(run: dict[str, Any], arm: str, n: int, before: str, after: str,
                 paired: dict[str, Any], **rest: str) -> dict[str, Any]:
     return {"run": cells.run_name(run["run_dir"]), "seed": rest.pop("seed", run.get("seed", "")), "RL rollouts by": arm,
             "RL": _schedule(run), "n": n, "Pass@1 before": before, "Pass@1 after": after,
-            "delta [95% CI]": cells.delta_cell(paired), "MDE": cells.mde_cell(paired),
-            "sign-flip p": f"{paired['sign_flip_p']:.3g}", **rest}
+            **cells.paired_cells(paired), **rest}
 
 
 def arm_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -77,6 +78,27 @@ def pooled_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _slips(runs: list[dict[str, Any]], arm: str | None) -> dict[str, list[int]] | None:
+    """Slipped edits summed over the seeds: before RL (``arm`` None) or after the arm's RL."""
+    return summed_slips([r.get("habits_before") if arm is None else r["arms"][arm].get("habits_after") for r in runs])
+
+
+def family_sections(runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """By task family, pooled over the seeds: each arm after RL against the warm start, then rebuilt against
+    proxy."""
+    if not all("per_instance_before" in r for r in runs):
+        return []
+    before = mean_over_seeds([r["per_instance_before"] for r in runs])
+    after = {kind: mean_over_seeds([r["arms"][kind]["per_instance"] for r in runs]) for kind in runs[0]["arms"]}
+    sections = [({"A": kind, "B": "warm start"}, family_rows(before, values, _slips(runs, None), _slips(runs, kind),
+                                                             sides=("B", "A"))) for kind, values in after.items()]
+    if {"proxy", "rebuilt"} <= set(after):
+        sections.append(({"A": "rebuilt", "B": "proxy"}, family_rows(after["proxy"], after["rebuilt"],
+                                                                     _slips(runs, "proxy"), _slips(runs, "rebuilt"),
+                                                                     sides=("B", "A"))))
+    return sections
+
+
 def config_key(run: dict[str, Any]) -> tuple:
     rl = {k: v for k, v in run["rl"].items() if k != "seed"}
     trainer = {k: v for k, v in run.get("trainer", {}).items() if k != "seed"}
@@ -117,7 +139,7 @@ def fidelity_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def comparison_markdown(runs: list[dict[str, Any]]) -> str:
+def comparison_markdown(runs: list[dict[str, Any]], kind_runs: list[dict[str, Any]] | None = None) -> str:
     arms = pd.DataFrame(table_rows(runs)).fillna("")
     fidelity = pd.DataFrame([{"run": cells.run_name(run["run_dir"]), **r} for run in runs for r in fidelity_rows(run)])
     first = runs[-1]
@@ -132,6 +154,7 @@ def comparison_markdown(runs: list[dict[str, Any]]) -> str:
              "the observed per-instance differences; a pooled row averages each instance over the seeds before "
              "pairing, so proxy vs rebuilt compares the two seed distributions; seed sd = standard deviation of "
              "the seeds' own deltas.", "",
+             *_families_section(runs),
              *_diagnostics_section(runs),
              "## Fidelity: recorded real-harness rollouts replayed through the rebuilt loop", "",
              fidelity.to_markdown(index=False) if len(fidelity) else "(no replays)", "",
@@ -139,7 +162,8 @@ def comparison_markdown(runs: list[dict[str, Any]]) -> str:
              "token for token; rebuilt drift: share of the rebuilt loop's prompts that differ from re-rendering its "
              "own messages; `⟦` marks the first differing token. Tokenizer: the model's (recipe BPE: the project's "
              "own, trained on the recipe corpus, on both sides of every call; on Qwen3's real tokenizer see "
-             "`fidelity_real_tokenizer.md`).", "", _provenance(runs)]
+             "`fidelity_real_tokenizer.md`).", "", protocol_note(runs, kind_runs or runs, config_key), "",
+             _provenance(runs)]
     return "\n".join(lines) + "\n"
 
 
@@ -164,6 +188,14 @@ def arm_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
             for kind, arm in run["arms"].items()]
 
 
+def _families_section(runs: list[dict[str, Any]]) -> list[str]:
+    sections = [s for group in seed_groups(runs, config_key) for s in family_sections(group)]
+    if not sections:
+        return []
+    return family_markdown(family_frame(sections), "pooled over the seeds; delta = A - B, paired over the family's "
+                                                   "tasks")
+
+
 def _diagnostics_section(runs: list[dict[str, Any]]) -> list[str]:
     summary = diagnostics_summary([a for run in runs for a in arm_runs(run)])
     if summary.empty:
@@ -174,5 +206,9 @@ def _diagnostics_section(runs: list[dict[str, Any]]) -> list[str]:
 
 def write_loop_comparison_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """``results/<table>.md`` / ``.csv`` and the per-step diagnostics of every arm (``<table>_diagnostics.*``)."""
-    written = write_named_tables(runs, results, comparison_markdown, arm_rows)
+    written = write_named_tables(runs, results, lambda rows: comparison_markdown(rows, runs), arm_rows)
+    for name, table_runs in by_table(runs).items():
+        sections = [s for group in seed_groups(table_runs, config_key) for s in family_sections(group)]
+        if sections:
+            written.append(write_family_csv(family_frame(sections), results, name))
     return written + write_diagnostics([arm for run in runs for arm in arm_runs(run)], results)

@@ -146,14 +146,18 @@ def repo_relative(path: str) -> str:
 
 
 def with_run_files(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """``metrics`` (a run's metrics.json) with its ``run_dir`` (repository-relative), ``overrides`` (overrides.txt)
-    and ``run_config`` (the resolved config.yaml) when the run directory holds them: what the row builders read."""
+    """``metrics`` (a run's metrics.json) with its ``run_dir`` (repository-relative), ``overrides`` (overrides.txt),
+    ``run_config`` (the resolved config.yaml) and the manifest's ``git_sha`` when the run directory holds them:
+    what the row builders read (as :func:`table_input` gives them from a record)."""
     metrics["run_dir"] = repo_relative(metrics.get("run_dir") or str(run_dir))
     overrides, config = run_files(run_dir)
     if overrides is not None:
         metrics["overrides"] = overrides
     if config is not None:
         metrics["run_config"] = config
+    git_sha = (_read_json(run_dir / "manifest.json") or {}).get("git_sha")
+    if git_sha:
+        metrics.setdefault("git_sha", git_sha)
     return metrics
 
 
@@ -245,14 +249,16 @@ def publish(records: dict[str, dict[str, Any]], root: Path) -> list[Path]:
 
 
 def table_input(record: dict[str, Any]) -> dict[str, Any]:
-    """What a table's row builder reads of a finished run: its metrics with ``run_dir``, ``overrides`` and
-    ``run_config`` (the last two only where the run had them), as a fresh copy."""
+    """What a table's row builder reads of a finished run: its metrics with ``run_dir``, ``overrides``,
+    ``run_config`` and the manifest's ``git_sha`` (the last three only where the run had them), as a fresh copy."""
     metrics = copy.deepcopy(record["metrics"])
     metrics["run_dir"] = record["run_dir"]
     if record.get("overrides") is not None:
         metrics["overrides"] = list(record["overrides"])
     if record.get("config") is not None:
         metrics["run_config"] = copy.deepcopy(record["config"])
+    if (record.get("manifest") or {}).get("git_sha"):
+        metrics.setdefault("git_sha", record["manifest"]["git_sha"])
     return metrics
 
 

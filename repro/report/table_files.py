@@ -24,14 +24,24 @@ def table_file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "eval"
 
 
-def write_named_tables(runs: list[dict[str, Any]], results: Path, markdown: Callable[[list[dict[str, Any]]], str],
-                       csv_rows: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> list[Path]:
-    """``results/<table>.md`` (``markdown`` of the table's runs) and ``.csv`` (``csv_rows`` of each run), per table
-    name (a run's ``table``, else its experiment)."""
+Rows = list[dict[str, Any]]
+
+
+def _none(run: dict[str, Any]) -> Rows:
+    return []
+
+
+def write_named_tables(runs: Rows, results: Path, markdown: Callable[[Rows], str],
+                       csv_rows: Callable[[dict[str, Any]], Rows] | None = None,
+                       table_csv_rows: Callable[[Rows], Rows] | None = None) -> list[Path]:
+    """``results/<table>.md`` (``markdown`` of the table's runs) and ``.csv`` (``csv_rows`` of each run, or
+    ``table_csv_rows`` of all of them: the pooled rows too), per table name (a run's ``table``, else its
+    experiment)."""
     written = []
     for name, rows in by_table(runs).items():
         md, csv = results / f"{name}.md", results / f"{name}.csv"
         md.write_text(f"# {name}\n\n" + markdown(rows))
-        pd.DataFrame([r for run in rows for r in csv_rows(run)]).to_csv(csv, index=False)
+        lines = table_csv_rows(rows) if table_csv_rows else [r for run in rows for r in (csv_rows or _none)(run)]
+        pd.DataFrame(lines).to_csv(csv, index=False)
         written += [md, csv]
     return written

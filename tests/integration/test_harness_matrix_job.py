@@ -37,6 +37,9 @@ def test_every_arm_is_evaluated_in_every_harness(tmp_path: Path) -> None:
         assert [h["step"] for h in arm["history"]] == [0, 1]
         assert {h: m["n_samples"] for h, m in arm["after"].items()} == {"mswea2": 8, "mswea1": 8}
         assert {h: m["fingerprint"] for h, m in arm["after"].items()} == metrics["fingerprints"]
+    # slipped edits counted in every evaluation, in both harnesses (1.17.5's commands are read from its text)
+    for habits in [metrics["warm_habits"], *(arm["habits"] for arm in metrics["arms"].values())]:
+        assert {h: c["samples"] for h, c in habits.items()} == {"mswea2": 8, "mswea1": 8}
     assert metrics["arms"]["rebuilt"]["trained_in"] == "mswea2" and metrics["arms"]["rebuilt"]["loop"] == "rebuilt"
     assert set(metrics["fidelity"]) == {"mswea2", "mswea1"}  # each proxy arm's rollouts through the rebuilt loop
     for name, fid in metrics["fidelity"].items():

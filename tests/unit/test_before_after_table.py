@@ -16,8 +16,7 @@ def _run(name: str, weighting: str, fingerprint: str = "abcdef0123", cached: boo
         "kind": "before_after", "experiment": "mini_repro", "table": "mini_repro", "run_dir": f"outputs/{name}",
         "fingerprint": fingerprint, "task_distribution": "bundled:test", "train_tasks": "bundled:train",
         "before": _eval(0.43), "after": _eval(0.45), "wall_s": 1681.0,
-        "paired": {"n": 100, "delta": 0.02, "delta_low": -0.02, "delta_high": 0.06, "mcnemar_p": 0.625,
-                   "bootstrap_p": 0.444},
+        "paired": {"n": 100, "delta": 0.02, "delta_low": -0.02, "delta_high": 0.06, "mcnemar_p": 0.625},
         "samples": {"mode": "prefix_merge", "weighting": weighting},
         "rl": {"config": {"seed": 0, "steps": 12, "tasks_per_step": 16, "samples_per_task": 8}},
         "trainer": {"learning_rate": 2e-4},
@@ -62,16 +61,23 @@ def test_seeds_of_one_configuration_get_a_pooled_row_and_diagnostics(tmp_path: P
     text = run_markdown(runs)
     pooled = next(line for line in text.splitlines() if "pooled (3 seeds)" in line)
     # per-instance means over seeds: 12 instances gain 1/3, 8 gain 2/3... mean gain (4 + 8 + 12) / 3 / 40 = 20%
-    assert "+20.0 [" in pooled and "seed sd 10.0" in pooled and "0,1,2" in pooled
+    assert "+20.0 [" in pooled and "| 10.0 " in pooled and "0,1,2" in pooled  # the seeds' own spread beside it
     assert "MDE" in text and "0.000 -> 0.200" in text and "2.0e-05" in text
     other = _seeded(3, 4)
     other["trainer"] = {"learning_rate": 1e-3}  # another configuration: no pooling across it
-    assert run_markdown([*runs, other]).count("pooled (") == 1
+    assert _pooled_rows(run_markdown([*runs, other])) == 1
     written = write_before_after_tables(runs, tmp_path)
     assert {p.name for p in written} == {"mini_repro.md", "mini_repro.csv", "mini_repro_diagnostics.md",
-                                         "mini_repro_diagnostics.csv", "mini_repro_diagnostics.svg"}
+                                         "mini_repro_diagnostics.csv", "mini_repro_diagnostics.svg",
+                                         "mini_repro_families.csv"}
+    assert (tmp_path / "mini_repro.csv").read_text().splitlines()[-1].startswith("pooled (3 seeds),")
     steps = (tmp_path / "mini_repro_diagnostics.csv").read_text().splitlines()
     assert len(steps) == 1 + 3 * 3 and steps[0].startswith("run,seed,step,reward_mean")
+
+
+def _pooled_rows(text: str) -> int:
+    """Pooled rows of the main table (the family breakdown pools too, by family)."""
+    return sum(1 for line in text.splitlines() if line.startswith("| pooled (") and "prefix_merge" in line)
 
 
 def test_a_single_seed_has_no_pooled_row() -> None:
@@ -153,6 +159,6 @@ def test_runs_whose_job_configs_differ_beyond_the_seed_are_not_pooled() -> None:
                                                                                               "seed": seed}}}}
         return run
 
-    assert run_markdown([configured(0, 10), configured(1, 10)]).count("pooled (2 seeds)") == 1
+    assert _pooled_rows(run_markdown([configured(0, 10), configured(1, 10)])) == 1
     text = run_markdown([configured(0, 10), configured(1, 15)])  # another warm start: two configurations of 1 seed
     assert "pooled (" not in text

@@ -144,9 +144,10 @@ def test_paired_bootstrap_sees_a_consistent_improvement() -> None:
     a = {f"t{i}": 0.0 for i in range(40)}
     b = {f"t{i}": 1.0 if i < 12 else 0.0 for i in range(40)}
     result = paired_bootstrap(a, b, seed=1)
-    assert result.diff == pytest.approx(0.3) and result.low > 0 and result.p_value < 0.01
+    assert result.diff == pytest.approx(0.3) and result.low > 0
+    assert not hasattr(result, "p_value")  # the share of resamples past 0 is no p-value: the sign-flip test gives it
     same = paired_bootstrap(a, a)
-    assert (same.diff, same.low, same.high, same.p_value) == (0.0, 0.0, 0.0, 1.0)
+    assert (same.diff, same.low, same.high) == (0.0, 0.0, 0.0)
 
 
 def test_sign_flip_test_on_per_instance_means() -> None:

@@ -29,3 +29,13 @@ def test_commands_are_read_from_tool_calls() -> None:
     broken.response["choices"][0]["message"]["tool_calls"] = [{"function": {"arguments": "{not json"}}]
     assert call_commands(broken) == []
     assert call_commands(CallRecord(rollout_id="r", seq=0, endpoint="chat", status="error")) == []
+
+
+def test_commands_are_read_from_text_mode_blocks() -> None:
+    """mini-SWE-agent 1.x answers in text: its command is the fenced ``bash`` block, where the slip shows too."""
+    text = "THOUGHT: fix it\n\n```bash\nsed -n '9s|a - b|a + b|' ./x.py\n```"
+    assert call_commands(_call(content=text)) == ["sed -n '9s|a - b|a + b|' ./x.py"]
+    assert is_slipped_edit(call_commands(_call(content=text))[0])
+    assert call_commands(_call(content="```mswea_bash_command\nls\n```")) == ["ls"]
+    assert call_commands(_call(content="no command here")) == []
+    assert call_commands(_call("ls", content=text)) == ["ls"]  # tool calls, when present, are the commands

@@ -132,7 +132,8 @@ def test_the_tables_come_with_a_heatmap_of_the_csv(tmp_path: Path) -> None:
     runs = [_run(0, 0.6, 0.4) | {"table": "harness_matrix", "experiment": "harness_matrix", "overrides": overrides},
             _run(1, 0.8, 0.4) | {"table": "harness_matrix", "experiment": "harness_matrix"}]
     written = write_harness_matrix_tables(runs, tmp_path)
-    assert sorted(p.name for p in written) == ["harness_matrix.csv", "harness_matrix.md", "harness_matrix.svg"]
+    assert sorted(p.name for p in written) == ["harness_matrix.csv", "harness_matrix.md", "harness_matrix.svg",
+                                                 "harness_matrix_families.csv"]
     markdown = (tmp_path / "harness_matrix.md").read_text()
     assert markdown.rstrip().endswith("(harness_matrix.svg)")
     assert "`repro run -m experiment=harness_matrix tasks.n_tasks=9 seed=0,1`" in markdown  # no machine paths

@@ -54,7 +54,7 @@ def test_seeds_pool_per_arm_and_for_the_difference(tmp_path: Path) -> None:
     written = write_loop_comparison_tables(runs, tmp_path)
     assert {p.name for p in written} == {"loop_comparison.md", "loop_comparison.csv",
                                          "loop_comparison_diagnostics.md", "loop_comparison_diagnostics.csv",
-                                         "loop_comparison_diagnostics.svg"}
+                                         "loop_comparison_diagnostics.svg", "loop_comparison_families.csv"}
     assert len((tmp_path / "loop_comparison_diagnostics.csv").read_text().splitlines()) == 1 + 3 * 2 * 2
 
 

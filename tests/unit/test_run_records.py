@@ -121,7 +121,7 @@ def test_tables_from_records_equal_tables_from_the_run_directories(tmp_path: Pat
     from_records = _tables_of(write_tables(tmp_path / "outputs", tmp_path / "clone"), tmp_path / "clone")
     assert set(from_dirs) == {"eval_tiny.md", "eval_tiny.csv", "harness_sweep.md", "harness_sweep.csv",
                               "mini_repro.md", "mini_repro.csv", "mini_repro_diagnostics.md",
-                              "mini_repro_diagnostics.csv"}
+                              "mini_repro_diagnostics.csv", "mini_repro_families.csv"}
     text = from_dirs["mini_repro.md"].decode()
     assert "pooled (2 seeds)" in text and "| trainer.weighting=fragment" in text
     assert "Command: `repro run -m experiment=harness_sweep harness=0,1`" in from_dirs["harness_sweep.md"].decode()

@@ -1,0 +1,71 @@
+"""What a table's records say about how its split was used: which split, how many configurations scored it, when
+and at which commit, and whether the validation runs of the same experiment came before the test runs.
+
+A table states this from its records, not from intent: "every choice is made on the validation split" is a claim
+only the records' timestamps can back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from repro.report.cells import hydra_experiment
+
+Runs = list[dict[str, Any]]
+
+
+def split_name(run: dict[str, Any]) -> str:
+    """The split a run scored: the task set's ``split`` setting, else the third field of a bundled task set's
+    name (``bundled:procedural:test:...``), else ``?``."""
+    tasks = ((run.get("run_config") or {}).get("tasks") or {})
+    if tasks.get("split"):
+        return str(tasks["split"])
+    parts = str(run.get("task_distribution", "")).split(":")
+    return parts[2] if len(parts) > 2 and parts[0] == "bundled" else "?"
+
+
+def _when(started: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(started))
+
+
+def _span(runs: Runs) -> str:
+    times = sorted(r.get("started_at", 0) for r in runs)
+    return _when(times[0]) if len(times) == 1 else f"{_when(times[0])} to {_when(times[-1])}"
+
+
+def _commits(runs: Runs) -> str:
+    shas = sorted({r["git_sha"][:7] for r in runs if r.get("git_sha")})
+    known = ", ".join(f"`{s}`" for s in shas) or "(not recorded)"
+    return known + (" (some not recorded)" if shas and any(not r.get("git_sha") for r in runs) else "")
+
+
+def _job(run: dict[str, Any]) -> str:
+    """What makes runs one experiment whatever their table: the job the config ran, else the experiment name."""
+    return str(((run.get("run_config") or {}).get("job") or {}).get("_target_") or hydra_experiment(run))
+
+
+def protocol_note(runs: Runs, kind_runs: Runs, config_key: Callable[[dict[str, Any]], tuple]) -> str:
+    """One paragraph: the split these runs scored, by how many configurations, when, at which commits; for a test
+    table, the published validation runs of the same experiment and whether they started before the first test
+    run (``kind_runs``: every run of the table's kind, other tables included)."""
+    first, split = runs[0], split_name(runs[0])
+    configs = len({config_key(r) for r in runs})
+    text = (f"Protocol, from the records: {len(runs)} run{'s' if len(runs) > 1 else ''} of "
+            f"{configs} configuration{'s' if configs > 1 else ''} scored the {split} split "
+            f"`{first.get('task_distribution', '?')}`, started {_span(runs)} UTC at commit {_commits(runs)}.")
+    if split != "test":
+        return text
+    experiment = hydra_experiment(first)
+    validation = [r for r in kind_runs if split_name(r) == "validation" and _job(r) == _job(first)]
+    if not validation:
+        return text + (f" No validation run of `{experiment}` is published, so no choice behind this table is "
+                       "backed by a validation record.")
+    start = min(r.get("started_at", 0) for r in runs)
+    late = [r for r in validation if r.get("started_at", 0) >= start]
+    verdict = (f"{len(late)} of them started after the first test run here, so they cannot have chosen what this "
+               "table scored" if late else "all of them started before the first test run here")
+    return text + (f" Published validation runs of `{experiment}`: {len(validation)} "
+                   f"({', '.join(_when(r.get('started_at', 0)) for r in validation)} UTC); {verdict}. Splits scored "
+                   "by earlier configurations whose records are not published: `docs/miniature.md`, \"Protocol\".")

@@ -1,0 +1,97 @@
+"""What a gain is made of and what the records say of the protocol: per-family rows with slipped edits, p-values
+at their Monte Carlo floor printed as bounds, identical outcomes said in words, and the split's use dated from the
+records."""
+
+from __future__ import annotations
+
+from repro.evaluation.paired import SIGN_FLIP_RESAMPLES, paired_summary
+from repro.report.before_after import run_markdown
+from repro.report.cells import IDENTICAL, paired_cells, sign_flip_cell
+from repro.report.families import family_of, family_rows, summed_slips
+from repro.report.protocol import protocol_note, split_name
+
+
+def _id(op: str, i: int) -> str:
+    return f"repro-bundled__procedural-s0-test-f{i}.g-{op}-lc-{i:08x}"
+
+
+def test_the_family_of_an_instance_is_its_operator_or_its_repository() -> None:
+    assert family_of(_id("off_by_one", 3)) == "off_by_one"
+    assert family_of("repro-bundled__procedural-s0-test-f.g-comparison_flip-1b-00") == "comparison_flip"
+    assert family_of("django__django-11099") == "django/django"
+    assert family_of("sphinx-doc__sphinx-8721") == "sphinx-doc/sphinx"
+    assert family_of("task-7") == "other"
+
+
+def _planted() -> tuple[dict[str, float], dict[str, float]]:
+    """30 slip-free tasks that never move, 10 slip tasks of which 8 go from failed to solved."""
+    before = {_id("operator_swap", i): float(i < 3) for i in range(30)} | {_id("off_by_one", i): 0.0 for i in range(10)}
+    after = dict(before) | {_id("off_by_one", i): float(i < 8) for i in range(10)}
+    return before, after
+
+
+def test_a_gain_made_of_one_family_shows_as_that_family() -> None:
+    before, after = _planted()
+    slips_before = summed_slips([{"by_operator": {"off_by_one": [9, 10], "operator_swap": [0, 30]}}])
+    slips_after = summed_slips([{"by_operator": {"off_by_one": [1, 10], "operator_swap": [0, 30]}}])
+    rows = {r["family"]: r for r in family_rows(before, after, slips_before, slips_after)}
+    assert list(rows) == ["operator_swap", "off_by_one", "all"]  # largest family first, the total last
+    assert rows["operator_swap"]["delta [95% CI]"] == IDENTICAL and rows["operator_swap"]["MDE"] == "-"
+    assert rows["off_by_one"]["Pass@1 before"] == "0.0%" and rows["off_by_one"]["Pass@1 after"] == "80.0%"
+    assert rows["off_by_one"]["delta [95% CI]"].startswith("+80.0 [")
+    assert rows["off_by_one"]["slipped edits before -> after"] == "90.0% -> 10.0%"
+    assert rows["all"]["tasks"] == 40 and rows["all"]["delta [95% CI]"].startswith("+20.0 [")
+    assert rows["all"]["slipped edits before -> after"] == "22.5% -> 2.5%"
+    assert family_rows(before, after)[0]["slipped edits before -> after"] == "-"  # not counted: not invented
+    assert summed_slips([{"by_operator": {"x": [1, 2]}}, None]) is None  # one seed uncounted: no pooled count
+
+
+def test_tables_print_the_family_breakdown_pooled_over_seeds() -> None:
+    before, after = _planted()
+    runs = []
+    for seed in (0, 1):
+        runs.append({"kind": "before_after", "experiment": "mini_repro", "table": "mini_repro", "seed": seed,
+                     "run_dir": f"outputs/mini_repro/x/{seed}", "fingerprint": "abc", "task_distribution": "t",
+                     "train_tasks": "tr", "before": {"pass_at_1": 0.1, "ci": {"low": 0, "high": 0.2}},
+                     "after": {"pass_at_1": 0.3, "ci": {"low": 0.2, "high": 0.4}}, "wall_s": 1.0,
+                     "paired": {"n": 40, "delta": 0.2, "delta_low": 0.1, "delta_high": 0.3},
+                     "samples": {"mode": "prefix_merge", "weighting": "rollout"},
+                     "rl": {"config": {"seed": seed, "steps": 1, "tasks_per_step": 1, "samples_per_task": 1}},
+                     "trainer": {"learning_rate": 1e-3},
+                     "per_instance": {"before": before, "after": after}})
+    text = run_markdown(runs)
+    assert "### What changed, by task family" in text
+    (line,) = [x for x in text.splitlines() if x.startswith("| pooled (2 seeds)") and "off_by_one" in x]
+    assert "+80.0 [" in line
+
+
+def test_a_sign_flip_p_at_its_floor_is_a_bound_and_identical_outcomes_are_words() -> None:
+    a = {f"t{i}": 0.0 for i in range(60)}
+    b = {f"t{i}": 1.0 for i in range(60)}
+    strong = paired_summary(a, b)
+    assert strong["sign_flip_p"] == 1 / (SIGN_FLIP_RESAMPLES + 1) and "bootstrap_p" not in strong
+    assert sign_flip_cell(strong) == "< 5e-05" and paired_cells(strong)["sign-flip p"] == "< 5e-05"
+    assert sign_flip_cell({"sign_flip_p": 0.0123}) == "0.0123"
+    assert sign_flip_cell({"sign_flip_p": 4.999750012499375e-05}) == "< 5e-05"  # records made before the count
+    assert paired_cells(paired_summary(a, a)) == {"delta [95% CI]": IDENTICAL, "MDE": "-", "sign-flip p": "-"}
+    mixed = dict(a) | {"t0": 1.0, "t1": -1.0}  # differences that cancel are not identical outcomes
+    assert paired_cells(paired_summary(a, mixed))["delta [95% CI]"] != IDENTICAL
+
+
+def _run(split: str, started: float, table: str, sha: str = "a" * 40) -> dict:
+    return {"table": table, "experiment": table, "started_at": started, "git_sha": sha,
+            "task_distribution": f"bundled:procedural:{split}:locate:n10:s0",
+            "run_config": {"job": {"_target_": "repro.jobs.mini_repro.mini_repro_job"}}}
+
+
+def test_the_protocol_note_dates_validation_against_the_test_runs() -> None:
+    tests = [_run("test", 1000.0, "mini_repro"), _run("test", 2000.0, "mini_repro")]
+    early, late = _run("validation", 500.0, "mini_repro_validation"), _run("validation", 3000.0, "v")
+    assert split_name(tests[0]) == "test" and split_name(early) == "validation"
+    note = protocol_note(tests, [*tests, early], key := (lambda r: ("one",)))
+    assert "2 runs of 1 configuration scored the test split" in note and "`aaaaaaa`" in note
+    assert "all of them started before the first test run" in note
+    note = protocol_note(tests, [*tests, early, late], key)
+    assert "1 of them started after the first test run here" in note
+    assert "No validation run" in protocol_note(tests, tests, key)
+    assert "test split" not in protocol_note([early], [early], key)  # a validation table: no verdict to give
