@@ -117,3 +117,21 @@ def paired_summary(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, 
     return {"n": boot.n, "delta": boot.diff, "delta_low": boot.low, "delta_high": boot.high,
             "sign_flip_p": flip.p_value, "sign_flip_resamples": SIGN_FLIP_RESAMPLES,
             "mde": minimum_detectable_effect(a, b)}
+
+
+def across_seeds(deltas: list[float], confidence: float = 0.95) -> dict[str, float] | None:
+    """The training seeds as the random factor: the mean of the seeds' own deltas, its t interval (n - 1 degrees
+    of freedom) and the two-sided one-sample t-test p against 0; None for fewer than two seeds. With three seeds
+    this is wide: it is the interval a reader who asks "would another seed give the same?" needs beside the
+    instance-level one."""
+    if len(deltas) < 2:
+        return None
+    from scipy import stats  # imported on use: only tables of several seeds need it
+
+    values = np.asarray(deltas, dtype=float)
+    mean, sem = float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size))
+    if sem == 0:
+        return {"mean": mean, "low": mean, "high": mean, "p": 1.0 if mean == 0 else 0.0, "n": int(values.size)}
+    half = float(stats.t.ppf(0.5 + confidence / 2, values.size - 1)) * sem
+    p = float(2 * stats.t.sf(abs(mean) / sem, values.size - 1))
+    return {"mean": mean, "low": mean - half, "high": mean + half, "p": p, "n": int(values.size)}

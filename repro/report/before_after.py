@@ -26,6 +26,7 @@ from repro.report.cells import (
     pass_cell,
     pct,
     run_name,
+    seeds_cell,
 )
 from repro.report.families import family_frame, family_markdown, family_rows, summed_slips, write_family_csv
 from repro.report.protocol import protocol_note
@@ -105,7 +106,8 @@ def row(run: dict[str, Any]) -> dict[str, Any]:
         "n": paired["n"], "Pass@1 before": pass_cell(run["before"]), "Pass@1 after": pass_cell(run["after"]),
         "pass@k before -> after": pass_at_k_cell(run), "calls per rollout before -> after": _calls_cell(run),
         "slipped edits before -> after": _habit_cell(run),
-        **paired_cells(paired), "seed sd of delta": "", "McNemar p (sample 0)": _p(paired.get("mcnemar_p")),
+        **paired_cells(paired), "seed sd of delta": "", "over seeds [95% CI], t-test p": "",
+        "McNemar p (sample 0)": _p(paired.get("mcnemar_p")),
         "weights before -> after": _weights_cell(run),
         "wall h": f"{run.get('wall_s', 0) / 3600:.2f}", "hours per phase (wall)": _phase_hours(run),
         "CPU core-h": f"{total.get('cpu_core_h', 0):.2f}", "GPU h": f"{total.get('gpu_h_allocated', 0):.2f}",
@@ -137,7 +139,7 @@ def pooled_row(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
             "loop": runs[0].get("loop", "proxy"), "weighting": runs[0]["samples"]["weighting"],
             "samples": runs[0]["samples"]["mode"], "RL": _rl_cell(runs[0]), "n": paired["n"],
             "Pass@1 before": mean_cell(before), "Pass@1 after": mean_cell(after), **paired_cells(paired),
-            "seed sd of delta": f"{100 * sd:.1f}",
+            "seed sd of delta": f"{100 * sd:.1f}", "over seeds [95% CI], t-test p": seeds_cell(deltas),
             "wall h": f"{sum(r.get('wall_s', 0) for r in runs) / 3600:.2f}", "CPU core-h": f"{total_cpu:.2f}",
             "fingerprint": runs[0]["fingerprint"][:8]}
 
@@ -275,8 +277,9 @@ def run_markdown(runs: list[dict[str, Any]], kind_runs: list[dict[str, Any]] | N
                  "given the observed per-instance differences; sign-flip = paired randomization test on "
                  "per-instance means; McNemar = exact test on solved/unsolved pairs of sample 0. A pooled row "
                  "averages each instance over the seeds (and samples) before pairing; seed sd is the standard "
-                 "deviation of the seeds' own deltas. Weights: sha256 prefixes of the warm start and the trained "
-                 "policy.")
+                 "deviation of the seeds' own deltas, and `over seeds` their mean with a t interval and one-sample "
+                 "t-test (the seeds as the sample: would another seed gain as much). Weights: sha256 prefixes of the "
+                 "warm start and the trained policy.")
     seeds = sorted({str(r.get("seed")) for r in runs if r.get("seed") is not None}, key=lambda x: (len(x), x))
     if seeds:
         lines += ["", f"Rebuild: `repro run -m experiment={hydra_experiment(first)} seed={','.join(seeds)}` (plus the "

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.evaluation.metrics import bootstrap_interval
-from repro.evaluation.paired import SIGN_FLIP_RESAMPLES  # what records made before they named it drew
+from repro.evaluation.paired import SIGN_FLIP_RESAMPLES, across_seeds  # resamples: what older records drew
 
 
 def pct(value: float | None) -> str:
@@ -111,3 +111,15 @@ def hydra_experiment(run: dict[str, Any]) -> str:
     """The experiment config a run was started with (its ``experiment=`` override), else its table's name."""
     chosen = [o.split("=", 1)[1] for o in run.get("overrides") or [] if o.startswith("experiment=")]
     return chosen[0] if chosen else run.get("experiment", "?")
+
+
+def seeds_cell(deltas: list[float]) -> str:
+    """The seeds' own deltas as the sample: ``+6.3 [-4.2, +16.8], p 0.124`` (t interval and t-test over seeds, in
+    points); ``-`` for one seed."""
+    found = across_seeds(deltas)
+    if found is None:
+        return "-"
+    if found["low"] == found["high"]:
+        return f"every seed {100 * found['mean']:+.1f}"
+    return (f"{100 * found['mean']:+.1f} [{100 * found['low']:+.1f}, {100 * found['high']:+.1f}], "
+            f"p {found['p']:.3g}")

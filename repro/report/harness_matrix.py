@@ -12,7 +12,7 @@ import pandas as pd
 
 from repro.evaluation.paired import paired_summary
 from repro.report.before_after import mean_over_seeds, seed_groups
-from repro.report.cells import command_line, delta_cell, mean_cell, paired_cells, pass_cell, run_name
+from repro.report.cells import command_line, delta_cell, mean_cell, paired_cells, pass_cell, run_name, seeds_cell
 from repro.report.families import family_frame, family_markdown, family_rows, summed_slips, write_family_csv
 from repro.report.protocol import protocol_note
 from repro.report.table_files import by_table, write_named_tables
@@ -82,7 +82,8 @@ def home_rows(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          "minus trained in": arm_label(first, other), "n": paired["n"],
                          "difference [95% CI]": cells.pop("delta [95% CI]"), **cells,
                          "each seed": ", ".join(f"{100 * d:+.1f}" for d in seeds),
-                         "seed sd": f"{100 * statistics.stdev(seeds):.1f}" if len(seeds) > 1 else "-"})
+                         "seed sd": f"{100 * statistics.stdev(seeds):.1f}" if len(seeds) > 1 else "-",
+                         "over seeds [95% CI], t-test p": seeds_cell(seeds)})
     return rows
 
 
@@ -182,8 +183,10 @@ def _notes(group: list[dict[str, Any]]) -> str:
             "the minimum detectable effect (alpha 0.05, power 0.8). Pooled cells and differences count every sample as "
             "graded; the per-seed cells are Pass@1, which leaves infrastructure failures (listed in each record) out "
             "of its denominator, so the two can differ by a few tenths. The pooled interval, p and MDE treat instances "
-            "as the random factor (each averaged over the seeds); the training seeds' own spread is in `each seed` "
-            "and `seed sd`, to be read beside them. What the miniature does and does not "
+            "as the random factor (each averaged over the seeds); `over seeds` treats the training seeds as the "
+            "sample instead (t interval and one-sample t-test on the seeds' own differences, n - 1 degrees of "
+            "freedom): with three seeds it is much wider, and it is the one that says whether another seed would "
+            "give the same. What the miniature does and does not "
             "reproduce of real harness differences: `docs/miniature.md`.\n")
 
 

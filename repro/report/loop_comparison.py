@@ -57,6 +57,11 @@ def arm_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _spread(deltas: list[float]) -> dict[str, str]:
+    return {"seed sd of delta": f"{100 * statistics.stdev(deltas):.1f}",
+            "over seeds [95% CI], t-test p": cells.seeds_cell(deltas)}
+
+
 def pooled_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Seeds of one configuration pooled per arm (per-instance means over seeds), and rebuilt - proxy pooled."""
     if len(runs) < 2 or not all("per_instance_before" in r for r in runs):
@@ -67,14 +72,14 @@ def pooled_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     after = {kind: mean_over_seeds([r["arms"][kind]["per_instance"] for r in runs]) for kind in runs[0]["arms"]}
     for kind, values in after.items():
         paired = paired_summary(before, values)
-        sd = statistics.stdev(r["arms"][kind]["paired_vs_before"]["delta"] for r in runs)
+        deltas = [r["arms"][kind]["paired_vs_before"]["delta"] for r in runs]
         rows.append(_comparison(runs[0], kind, paired["n"], cells.mean_cell(before), cells.mean_cell(values), paired,
-                                seed=seeds, **{"seed sd of delta": f"{100 * sd:.1f}"}) | {"run": label})
+                                seed=seeds, **_spread(deltas)) | {"run": label})
     if {"proxy", "rebuilt"} <= set(after):
         paired = paired_summary(after["proxy"], after["rebuilt"])
-        sd = statistics.stdev(r["rebuilt_minus_proxy"]["delta"] for r in runs)
+        deltas = [r["rebuilt_minus_proxy"]["delta"] for r in runs]
         rows.append(_comparison(runs[0], "rebuilt - proxy", paired["n"], "", "", paired, seed=seeds,
-                                **{"seed sd of delta": f"{100 * sd:.1f}"}) | {"run": label})
+                                **_spread(deltas)) | {"run": label})
     return rows
 
 

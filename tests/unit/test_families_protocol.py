@@ -95,3 +95,16 @@ def test_the_protocol_note_dates_validation_against_the_test_runs() -> None:
     assert "1 of them started after the first test run here" in note
     assert "No validation run" in protocol_note(tests, tests, key)
     assert "test split" not in protocol_note([early], [early], key)  # a validation table: no verdict to give
+
+
+def test_the_seeds_as_the_sample_give_a_t_interval_and_test() -> None:
+    from repro.evaluation.paired import across_seeds
+    from repro.report.cells import seeds_cell
+
+    found = across_seeds([0.014, 0.084, 0.090])  # the matrix's three seeds: wide, and not significant
+    half = 4.302653 * 0.042252 / 3 ** 0.5  # t(0.975, 2 df) x sd / sqrt(n)
+    assert abs(found["mean"] - 0.062667) < 1e-6 and abs(found["high"] - found["mean"] - half) < 1e-4
+    assert 0.12 < found["p"] < 0.13 and found["low"] < 0 < found["high"]
+    assert seeds_cell([0.014, 0.084, 0.090]) == "+6.3 [-4.2, +16.8], p 0.124"
+    assert seeds_cell([0.1]) == "-" and seeds_cell([0.0, 0.0]) == "every seed +0.0"
+    assert across_seeds([0.10, 0.11, 0.12, 0.10, 0.11])["p"] < 1e-4  # consistent seeds: clearly not 0
