@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from repro.report.cells import delta_cell, pass_cell
+from repro.report.cells import paired_cells, pass_cell
 from repro.report.table_files import write_named_tables
 
 
@@ -20,11 +20,11 @@ def results_frame(runs: list[dict[str, Any]]) -> pd.DataFrame:
     rows = []
     for run in runs:
         local, docker, diff = run["arms"]["local"], run["arms"]["docker"], run["docker_minus_local"]
+        cells = paired_cells(diff)  # the same outcome on every instance is said so, not printed as +0.0 and p 1
         rows.append({
             "run": Path(run["run_dir"]).name, "model": run["model"], "n": local["n_tasks"], "k": run["k"],
             "Pass@1 local": pass_cell(local), "Pass@1 docker": pass_cell(docker),
-            "docker - local [95% CI]": delta_cell(diff),
-            "sign-flip p": f"{diff['sign_flip_p']:.2g}",
+            "docker - local [95% CI]": cells["delta [95% CI]"], "sign-flip p": cells["sign-flip p"],
             "infra failures local / docker": f"{local['counts']['infra_failures']} / "
                                              f"{docker['counts']['infra_failures']}",
             "fingerprints local / docker": f"{local['fingerprint']} / {docker['fingerprint']}",

@@ -183,3 +183,26 @@ def test_replot_redraws_the_plots_from_the_csvs_alone_as_repro_table_draws_them(
     again = {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()}
     replot(results)
     assert {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()} == again  # idempotent
+
+
+def test_the_report_of_a_before_after_run_shows_what_changed_by_family(tmp_path: Path) -> None:
+    ids = [f"repro-bundled__procedural-s0-test-f{i}.g-{op}-lc-{i:08x}"
+           for i, op in enumerate(["off_by_one"] * 4 + ["operator_swap"] * 6)]
+    run = {"kind": "before_after", "experiment": "mini_repro", "table": "mini_repro", "fingerprint": "ab" * 8,
+           "task_distribution": "bundled:test", "train_tasks": "bundled:train", "run_dir": "x",
+           "before": {"pass_at_1": 0.0, "ci": {"low": 0.0, "high": 0.3}},
+           "after": {"pass_at_1": 0.4, "ci": {"low": 0.1, "high": 0.7}},
+           "paired": {"n": 10, "delta": 0.4, "delta_low": 0.1, "delta_high": 0.7, "mcnemar_p": 0.1},
+           "samples": {"mode": "prefix_merge", "weighting": "rollout"},
+           "rl": {"config": {"seed": 0, "steps": 3, "tasks_per_step": 2, "samples_per_task": 2}},
+           "trainer": {"learning_rate": 1e-4}, "warm_start": {"key": "k" * 16, "demo_rollouts": 8},
+           "per_instance": {"before": dict.fromkeys(ids, 0.0),
+                            "after": {i: float("off_by_one" in i) for i in ids}},
+           "habits": {"before": {"by_operator": {"off_by_one": [4, 4], "operator_swap": [0, 6]}, "share": 0.4},
+                      "after": {"by_operator": {"off_by_one": [0, 4], "operator_swap": [0, 6]}, "share": 0.0}}}
+    (tmp_path / "mini_repro" / "b").mkdir(parents=True)
+    (tmp_path / "mini_repro" / "b" / "metrics.json").write_text(json.dumps(run))
+    page = build_report([tmp_path / "mini_repro" / "b"], tmp_path / "report").index.read_text()
+    assert "What changed, by task family" in page
+    assert "off_by_one" in page and "+100.0 [" in page and "100.0% -&gt; 0.0%" in page  # the slip, gone
+    assert "identical on every instance" in page  # operator_swap did not move
