@@ -143,26 +143,46 @@ def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("plan", help="estimate GPU-hours, wall time and cost of an experiment from "
                                                 "measured throughputs (nothing runs)")
     parser.add_argument("overrides", nargs="*", help="the experiment and its overrides, as for `repro run`")
-    parser.add_argument("--gpu-type", required=True, help="the GPU the throughputs were measured on")
-    parser.add_argument("--gpus", type=int, required=True)
-    parser.add_argument("--generation-tokens-per-s", type=float, required=True,
+    # required unless only --memory is asked for (plan_command checks)
+    parser.add_argument("--gpu-type", help="the GPU the throughputs were measured on")
+    parser.add_argument("--gpus", type=int)
+    parser.add_argument("--generation-tokens-per-s", type=float,
                         help="sampled tokens/s per GPU under many concurrent rollouts (scripts/gpu_check.sh)")
-    parser.add_argument("--training-tokens-per-s", type=float, required=True,
+    parser.add_argument("--training-tokens-per-s", type=float,
                         help="trained (forward+backward) tokens/s per GPU (scripts/gpu_check.sh)")
-    parser.add_argument("--sampled-tokens-per-rollout", type=float, required=True)
-    parser.add_argument("--context-tokens-per-rollout", type=float, required=True)
+    parser.add_argument("--sampled-tokens-per-rollout", type=float)
+    parser.add_argument("--context-tokens-per-rollout", type=float)
     parser.add_argument("--price-per-gpu-hour", type=float, default=0.0)
     parser.add_argument("--test-tasks", type=int, default=None,
                         help="the test set's size when the config reads it from a file (SWE-bench Verified: 500)")
-    parser.set_defaults(func=plan_command)
+    parser.add_argument("--memory", action="append", metavar="LAYOUT", help="print the per-GPU memory plan of a named "
+                        "layout (repro.memory_plan.LAYOUTS; repeat or comma-separate); exit 1 if one does not fit")
+    parser.add_argument("--model-config", metavar="PATH", help="a config.json for --memory (default: Qwen3.5-9B)")
+    parser.set_defaults(func=plan_command, plan_parser=parser)
     return parser
 
 
-def plan_command(args: argparse.Namespace) -> None:
-    from repro.runner import compose_config
+THROUGHPUT_ARGS = ("gpu_type", "gpus", "generation_tokens_per_s", "training_tokens_per_s",
+                   "sampled_tokens_per_rollout", "context_tokens_per_rollout")
 
-    cfg = compose_config(args.overrides)
-    throughput = Throughput(args.gpu_type, args.generation_tokens_per_s, args.training_tokens_per_s,
-                            args.price_per_gpu_hour)
-    shape = RolloutShape(args.sampled_tokens_per_rollout, args.context_tokens_per_rollout)
-    print(render(estimate(schedule_of(cfg, args.test_tasks), shape, throughput, args.gpus), str(cfg.run.name)), end="")
+
+def plan_command(args: argparse.Namespace) -> None:
+    missing = [f"--{name.replace('_', '-')}" for name in THROUGHPUT_ARGS if getattr(args, name) is None]
+    if missing and (not args.memory or len(missing) < len(THROUGHPUT_ARGS)):
+        args.plan_parser.error(f"the following arguments are required: {', '.join(missing)}")
+    fits = True
+    if args.memory:
+        from repro.memory_plan import print_memory_plans
+
+        fits = print_memory_plans(args.memory, args.model_config)
+    if not missing:
+        from repro.runner import compose_config
+
+        cfg = compose_config(args.overrides)
+        throughput = Throughput(args.gpu_type, args.generation_tokens_per_s, args.training_tokens_per_s,
+                                args.price_per_gpu_hour)
+        shape = RolloutShape(args.sampled_tokens_per_rollout, args.context_tokens_per_rollout)
+        print(render(estimate(schedule_of(cfg, args.test_tasks), shape, throughput, args.gpus), str(cfg.run.name)),
+              end="")
+    if not fits:
+        raise SystemExit(1)

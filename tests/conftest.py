@@ -26,15 +26,16 @@ from tests.support import RunningProxy, start_proxy
 # worker: each worker has its own tmp_path_factory base (popen-gwN), so they share no path.
 DOCKER_UNIT = "tests/docker"
 VLLM_UNIT = "tests/vllm_engine"  # the real vLLM's tests: one unit too, so that one server runs at a time
+VERL_UNIT = "tests/verl_engine"  # verl's actor on CPU: after the unit tests, while .ci/verl-env has had its minute
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of a test: its xdist_group where the node id names one, ``tests/docker``, ``tests/vllm_engine``, or
-    its file."""
+    """The unit of a test: its xdist_group where the node id names one, ``tests/docker``, ``tests/vllm_engine``,
+    ``tests/verl_engine``, or its file."""
     if nodeid.rfind("@") > nodeid.rfind("]"):
         return nodeid.rsplit("@", 1)[1]
     path = _file(nodeid)
-    for unit in (DOCKER_UNIT, VLLM_UNIT):
+    for unit in (DOCKER_UNIT, VLLM_UNIT, VERL_UNIT):
         if path.startswith(unit + "/"):
             return unit
     return path
@@ -70,7 +71,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = _file(item.nodeid)
         if path.startswith("tests/unit/"):
             return 0
-        if work_unit(item.nodeid) in (DOCKER_UNIT, VLLM_UNIT):
+        if work_unit(item.nodeid) in (DOCKER_UNIT, VLLM_UNIT, VERL_UNIT):
             return 1
         return 2 if path in e2e_files else 3
 

@@ -352,3 +352,36 @@ def installed_node_cli(spec: Any) -> Any:
             pytest.fail(f"REPRO_REQUIRE_NPM=1: {message}")
         pytest.skip(message)
     return ensure_node_cli_env(spec)
+
+
+# -- recorded rollouts as training rows (the verl path's input) -----------------------------------------------
+
+def recorded_rows(vocab: int, seed: int = 0) -> list[Any]:
+    """Rows of ``repro.samples`` built from recorded calls of two GRPO groups: each rollout makes three calls, the
+    second extending the first (prefix-merged: the harness's observation sits inside the row with mask 0) and the
+    third breaking the prefix (a second row); rewards differ within each group, so every row has an advantage.
+    Token ids are drawn below ``vocab``."""
+    import random
+
+    from repro.samples import SampleConfig, build_sample_set
+    from repro.store import RolloutRecord
+
+    rng = random.Random(seed)
+
+    def ids(n: int) -> list[int]:
+        return [rng.randrange(3, vocab) for _ in range(n)]
+
+    def logprobs(n: int) -> list[float]:
+        return [-rng.uniform(0.05, 4.0) for _ in range(n)]
+
+    pairs = []
+    for group, rewards in (("g0", (1.0, 0.0)), ("g1", (0.0, 1.0))):
+        for k, reward in enumerate(rewards):
+            rid = f"{group}-r{k}"
+            first, out1, observation, out2, restart, out3 = ids(9), ids(5), ids(4), ids(3), ids(7), ids(4)
+            calls = [CallRecord(rid, 0, "chat", "ok", prompt_ids=first, completion_ids=out1, logprobs=logprobs(5)),
+                     CallRecord(rid, 1, "chat", "ok", prompt_ids=first + out1 + observation, completion_ids=out2,
+                                logprobs=logprobs(3)),
+                     CallRecord(rid, 2, "chat", "ok", prompt_ids=restart, completion_ids=out3, logprobs=logprobs(4))]
+            pairs.append((RolloutRecord(rid, task_id=group, group_id=group, status="finished", reward=reward), calls))
+    return build_sample_set(pairs, SampleConfig(mode="prefix_merge")).rows

@@ -23,9 +23,10 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("contracts and the recording path", {"protocols", "proxy", "samples"}),
     ("harnesses and sandboxes", {"harness_adapters", "sandbox", "fanout"}),
     ("models", {"tinymodel", "serving", "expert", "testing"}),
-    ("evaluation and training", {"evaluation", "train", "rebuilt"}),
+    ("evaluation and training", {"evaluation", "train", "rebuilt", "verl"}),
     ("the loop", {"rl"}),
-    ("experiments and tools", {"experiments", "report", "bench", "runner", "cli", "cli_images", "multirun", "plan"}),
+    ("experiments and tools", {"experiments", "report", "bench", "runner", "cli", "cli_images", "multirun", "plan",
+                               "memory_plan"}),
 ]
 LAYER_OF = {package: i for i, (_, packages) in enumerate(LAYERS) for package in packages}
 

@@ -1,0 +1,58 @@
+"""The verl tests run verl's real actor code in verl's own environment (:mod:`repro.verl.env`; ``python -m
+repro.verl.env`` builds it, ``.ci/verl-env`` in CI). Without it they skip with one line; ``REPRO_REQUIRE_VERL=1`` (set
+by ``.ci/run``) waits for the environment (building it when missing) and turns every such skip into a failure, so a
+CI run that passes has executed them. The summary line counts them either way."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from repro.net import free_port
+from repro.verl.env import cached_verl_python, ensure_verl_env, verl_command, verl_env_vars
+
+REQUIRED = os.environ.get("REPRO_REQUIRE_VERL") == "1"
+UNIT = "tests/verl_engine/"
+
+
+@pytest.fixture(scope="session")
+def verl_python() -> Path:
+    """The interpreter of verl's environment."""
+    if REQUIRED:  # waits on the builder's lock when .ci/verl-env is still building it
+        return ensure_verl_env()
+    built = cached_verl_python()
+    if built is None:
+        pytest.skip("no verl here: build its environment with `python -m repro.verl.env` (about a minute of pip; CI "
+                    "does, with REPRO_REQUIRE_VERL=1)")
+    return built
+
+
+def run_check(python: Path, args: Sequence[str], nproc: int = 1, timeout: float = 600) -> None:
+    """``python -m repro.verl.check ARGS`` in verl's environment (under torchrun for ``nproc`` > 1); fails the test
+    with verl's own output when it fails."""
+    port = free_port() if nproc > 1 else 0
+    out = subprocess.run(verl_command(python, "repro.verl.check", *args, nproc=nproc, master_port=port),
+                         env=verl_env_vars(), capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    counts = {kind: sum(r.nodeid.startswith(UNIT) for r in terminalreporter.stats.get(kind, []))
+              for kind in ("passed", "failed", "error", "skipped")}
+    if not any(counts.values()):
+        return
+    terminalreporter.write_line("verl tests (tests/verl_engine): " + ", ".join(f"{n} {k}" for k, n in counts.items())
+                                + (" (required: REPRO_REQUIRE_VERL=1)" if REQUIRED else ""))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if REQUIRED and report.skipped:  # this conftest's hooks see only the tests under tests/verl_engine
+        report.outcome = "failed"
+        report.longrepr = f"REPRO_REQUIRE_VERL=1: skipped ({report.longrepr})"
