@@ -356,11 +356,11 @@ def installed_node_cli(spec: Any) -> Any:
 
 # -- recorded rollouts as training rows (the verl path's input) -----------------------------------------------
 
-def recorded_rows(vocab: int, seed: int = 0) -> list[Any]:
+def recorded_rows(vocab: int, seed: int = 0, **sample_config: Any) -> list[Any]:
     """Rows of ``repro.samples`` built from recorded calls of two GRPO groups: each rollout makes three calls, the
     second extending the first (prefix-merged: the harness's observation sits inside the row with mask 0) and the
     third breaking the prefix (a second row); rewards differ within each group, so every row has an advantage.
-    Token ids are drawn below ``vocab``."""
+    Token ids are drawn below ``vocab``; ``sample_config``: :class:`SampleConfig` settings besides prefix merging."""
     import random
 
     from repro.samples import SampleConfig, build_sample_set
@@ -375,7 +375,7 @@ def recorded_rows(vocab: int, seed: int = 0) -> list[Any]:
         return [-rng.uniform(0.05, 4.0) for _ in range(n)]
 
     pairs = []
-    for group, rewards in (("g0", (1.0, 0.0)), ("g1", (0.0, 1.0))):
+    for group, rewards in (("g0", (1.0, 0.0, 1.0)), ("g1", (0.0, 1.0, 0.0))):
         for k, reward in enumerate(rewards):
             rid = f"{group}-r{k}"
             first, out1, observation, out2, restart, out3 = ids(9), ids(5), ids(4), ids(3), ids(7), ids(4)
@@ -384,4 +384,4 @@ def recorded_rows(vocab: int, seed: int = 0) -> list[Any]:
                                 logprobs=logprobs(3)),
                      CallRecord(rid, 2, "chat", "ok", prompt_ids=restart, completion_ids=out3, logprobs=logprobs(4))]
             pairs.append((RolloutRecord(rid, task_id=group, group_id=group, status="finished", reward=reward), calls))
-    return build_sample_set(pairs, SampleConfig(mode="prefix_merge")).rows
+    return build_sample_set(pairs, SampleConfig(mode="prefix_merge", **sample_config)).rows

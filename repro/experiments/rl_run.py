@@ -20,6 +20,7 @@ from typing import Any
 from repro.accounting import Accountant
 from repro.evaluation import write_metrics
 from repro.experiments.evaluate import eval_model
+from repro.experiments.memory_gate import memory_gate
 from repro.experiments.records import BeforeAfter, before_after_metrics
 from repro.experiments.setup import Setup
 from repro.files import weights_sha256
@@ -32,6 +33,7 @@ from repro.rl.trainer import RLTrainer
 from repro.tasks.schema import Task
 from repro.tasks.sets import load_task_set
 from repro.tracking import tracked
+from repro.verl.config import VerlUpdateConfig
 
 
 @dataclass
@@ -88,6 +90,12 @@ def rl_run_job(setup: Setup, data: RunData, eval: EvalConfig, validation: Valida
     if require_checkpoint and not eval.checkpoint:
         raise SystemExit(f"error: experiment {eval.experiment} trains a released model: pass eval.checkpoint=DIR "
                          "(a transformers checkpoint directory, e.g. Qwen3.5-9B downloaded beforehand)")
+    memory_gate(rl.update, setup.serving, eval.checkpoint)  # before anything loads: seconds, not hours
+    if isinstance(rl.update, VerlUpdateConfig):
+        raise SystemExit("error: trainer=verl: the memory plan above fits, but this job does not yet drive verl's "
+                         "workers (issue 51: the update on verl's actor is checked on CPU by tests/verl_engine; the "
+                         "RL loop through the proxy onto verl's rollout replicas is the next step). Use the default "
+                         "trainer on CPU, or `repro plan --memory LAYOUT` to size a cluster.")
     run_dir, started, acct = Path(run_dir), time.time(), Accountant()
     with acct.phase("setup"):
         train_name, train_list = load_task_set(data.train)

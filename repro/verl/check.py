@@ -1,7 +1,7 @@
-"""``python -m repro.verl.check {batch,logprobs,update} ...`` in verl's environment: verl's real actor on rows
-written by the package (:func:`repro.verl.batch.rows_to_json`), its answers written back as JSON / safetensors, so
-that the package's suite can hold verl to repro's own trainer (``tests/verl_engine/``). ``update`` runs in one
-process or under ``torchrun --nproc_per_node N`` (gloo on CPU: the rows are sharded over the ranks as verl's data
+"""``python -m repro.verl.check {advantages,batch,logprobs,update} ...`` in verl's environment: verl's real
+actor (and its GRPO advantage) on rows written by the package (:func:`repro.verl.batch.rows_to_json`), its answers
+written back as JSON / safetensors, so that the package's suite can hold verl to repro's own trainer
+(``tests/verl_engine/``). ``update`` runs in one process or under ``torchrun --nproc_per_node N`` (gloo on CPU: the rows are sharded over the ranks as verl's data
 parallelism shards them; rank 0 writes the gathered weights).
 
 Without an NVIDIA GPU the CPU platform (:mod:`repro.verl.cpu_platform`) is registered first.
@@ -46,6 +46,14 @@ def run_logprobs(args: argparse.Namespace) -> None:
     rows = rows_from_json(Path(args.rows))
     worker = _worker(args, rows)
     Path(args.out).write_text(json.dumps(compute_log_probs(worker, rows, args.pad_id, args.temperature)))
+
+
+def run_advantages(args: argparse.Namespace) -> None:
+    """verl's GRPO advantage of each rollout (:mod:`repro.verl.advantages`), as JSON."""
+    from repro.verl.advantages import rollout_advantages
+    from repro.verl.batch import rows_from_json
+
+    Path(args.out).write_text(json.dumps(rollout_advantages(rows_from_json(Path(args.rows)), args.epsilon)))
 
 
 def run_batch(args: argparse.Namespace) -> None:
@@ -114,17 +122,19 @@ def _plain(value: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m repro.verl.check", description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["batch", "logprobs", "update"])
-    parser.add_argument("--model", required=True, help="a Hugging Face checkpoint folder")
+    parser.add_argument("mode", choices=["advantages", "batch", "logprobs", "update"])
+    parser.add_argument("--model", default="", help="a Hugging Face checkpoint folder (logprobs, update)")
     parser.add_argument("--rows", required=True, help="rows as JSON (repro.verl.batch.rows_to_json)")
-    parser.add_argument("--out", required=True, help="batch, logprobs: a JSON file; update: a folder")
+    parser.add_argument("--out", required=True, help="update: a folder; the other modes: a JSON file")
     parser.add_argument("--pad-id", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--param-dtype", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--epsilon", type=float, default=1e-6, help="advantages: GRPO's epsilon")
     args = parser.parse_args(argv)
     _platform()
-    {"batch": run_batch, "logprobs": run_logprobs, "update": run_update}[args.mode](args)
+    modes = {"advantages": run_advantages, "batch": run_batch, "logprobs": run_logprobs, "update": run_update}
+    modes[args.mode](args)
 
 
 if __name__ == "__main__":

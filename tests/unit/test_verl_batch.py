@@ -14,7 +14,7 @@ from tests.support import recorded_rows
 
 def test_each_row_is_its_prompt_left_padded_and_its_response_right_padded() -> None:
     rows = recorded_rows(vocab=500)
-    assert len(rows) == 8 and {len(r.call_seqs) for r in rows} == {1, 2}  # merged and broken rows
+    assert len(rows) == 12 and {len(r.call_seqs) for r in rows} == {1, 2}  # merged and broken rows
     fields = batch_tensors(rows, pad_id=0)
     width_p, width_r = fields["prompts"].shape[1], fields["responses"].shape[1]
     for i, row in enumerate(rows):

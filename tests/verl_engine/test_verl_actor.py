@@ -55,6 +55,19 @@ def test_the_batch_verls_actor_reads_is_repros_rows(verl_python: Path, rows: lis
         assert seen["uid"] == row.group_id
 
 
+def test_verls_rollout_level_grpo_advantage_equals_repros(verl_python: Path, tmp_path: Path) -> None:
+    """The recipe's advantage (group std with ddof 1, epsilon 1e-6, one advantage per rollout) from verl's own
+    ``compute_grpo_outcome_advantage`` equals the one repro's rows carry, though a rollout has two rows."""
+    rows = recorded_rows(vocab=500, std_ddof=1, eps=1e-6)
+    assert len(rows) > len({r.rollout_id for r in rows})  # several rows a rollout: per-row GRPO would differ
+    rows_file = rows_to_json(rows, tmp_path / "rows.json")
+    run_check(verl_python, ["advantages", "--rows", str(rows_file), "--out", str(tmp_path / "adv.json")])
+    verl = json.loads((tmp_path / "adv.json").read_text())
+    assert {r.rollout_id: verl[r.rollout_id] for r in rows} == pytest.approx({r.rollout_id: r.advantage for r in rows},
+                                                                             abs=1e-6)
+    assert min(abs(v) for v in verl.values()) > 0.5  # mixed groups: no advantage is 0, the equality is not vacuous
+
+
 def test_verls_compute_log_prob_equals_repros_trainer(verl_python: Path, rows: list, rows_file: Path,
                                                       model_dir: Path, tmp_path: Path) -> None:
     run_check(verl_python, ["logprobs", "--model", str(model_dir), "--rows", str(rows_file),
