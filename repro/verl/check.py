@@ -1,8 +1,8 @@
 """``python -m repro.verl.check {advantages,batch,logprobs,update} ...`` in verl's environment: verl's real
 actor (and its GRPO advantage) on rows written by the package (:func:`repro.verl.batch.rows_to_json`), its answers
 written back as JSON / safetensors, so that the package's suite can hold verl to repro's own trainer
-(``tests/verl_engine/``). ``update`` runs in one process or under ``torchrun --nproc_per_node N`` (gloo on CPU: the rows are sharded over the ranks as verl's data
-parallelism shards them; rank 0 writes the gathered weights).
+(``tests/verl_engine/``). ``update`` runs in one process or under ``torchrun --nproc_per_node N`` (gloo on CPU: the
+rows are sharded over the ranks as verl's data parallelism shards them; rank 0 writes the gathered weights).
 
 Without an NVIDIA GPU the CPU platform (:mod:`repro.verl.cpu_platform`) is registered first.
 """
