@@ -2,7 +2,8 @@
 # GPU check, unattended (see docs/gpu.md): tiny model on vLLM, recording proxy, >= 8 mini-SWE-agent rollouts,
 # logprob parity with transformers, one update of the project's trainer and a weight sync into the running vLLM.
 # Writes $OUT/gpu_check.json (+ gpu_check.log and the servers' logs); OUT defaults to outputs/gpu_check.
-# Extra arguments go to `python -m repro.bench.gpu_check` (e.g. --server cpu for a dry run without a GPU).
+# Extra arguments go to `python -m repro.bench.gpu_check` (e.g. --server cpu for a dry run without a GPU; --trainer verl
+# adds verl's actor on the recorded rows).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -10,6 +10,7 @@ Steps (each recorded as passed / failed / skipped with its time, details and com
 4. ``logprob_check``: recorded token ids / logprobs vs a teacher-forced transformers pass on the same checkpoint.
 5. ``train_step``: one update of the project's one trainer (``repro.train.rl.PolicyTrainer`` on the GPU, its
    clipped objective with the recorded logprobs as sampling logprobs) on the recorded rows, saved.
+``--trainer verl`` adds ``verl_env`` and ``verl_actor`` after step 5 (:mod:`repro.bench.gpu_check_verl`).
 6. ``weight_sync``: the new weights pushed into the running vLLM (``repro.serving.vllm_weights``), then a greedy
    request must match the new checkpoint under transformers (and no longer the old one).
 
@@ -38,6 +39,7 @@ from repro.accounting import Accountant
 from repro.bench.gpu_check_env import preflight, resolve_device, resolve_server
 from repro.bench.gpu_check_runner import PROMPTS, SERVED_NAME, Context, GpuCheckConfig, Report, Runner, SkipStep
 from repro.bench.gpu_check_train import checkpoint_reload, train_step, weight_sync
+from repro.bench.gpu_check_verl import verl_steps
 
 REPORT_NAME = "gpu_check.json"
 GPU_TINY_MODEL = {"hidden_size": 256, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 768}  # head_dim 64
@@ -253,6 +255,8 @@ def _served_steps(ctx: Context, runner: Runner, kind: str) -> None:
             ctx.rows = runner.step("proxy_calls", proxy_calls, ctx, need_s=20.0) or []
         runner.step("logprob_check", logprob_check, ctx, need_s=15.0)
         runner.step("train_step", train_step, ctx, need_s=20.0)
+        if ctx.cfg.trainer == "verl":
+            verl_steps(ctx, runner)
         if kind == "vllm":
             runner.step("weight_sync", weight_sync, ctx, need_s=30.0)
         else:
@@ -265,6 +269,8 @@ def _local_steps(ctx: Context, runner: Runner, why: str) -> None:
     ctx.rows = runner.step("generate_rows", generate_rows, ctx, need_s=15.0) or []
     runner.step("logprob_check", logprob_check, ctx, need_s=15.0)
     runner.step("train_step", train_step, ctx, need_s=20.0)
+    if ctx.cfg.trainer == "verl":
+        verl_steps(ctx, runner)
     runner.step("checkpoint_reload", checkpoint_reload, ctx, need_s=15.0)
 
 
@@ -319,10 +325,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[GpuCheckConfig, bool]:
     p.add_argument("--model-dir", type=Path, default=None)
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--allow-skips", action="store_true", help="exit 0 when nothing failed, even with skips")
+    p.add_argument("--trainer", choices=["repro", "verl"], default="repro",
+                   help="verl: also verl's actor on the recorded rows (its environment built when missing)")
     a = p.parse_args(argv)
     cfg = GpuCheckConfig(out=a.out, work=a.work, budget_s=a.budget_s, server=a.server, device=a.device,
                          dtypes=[d for d in a.dtypes.split(",") if d], n_rollouts=a.n_rollouts,
-                         concurrency=a.concurrency, lr=a.lr, model_dir=a.model_dir, keep=a.keep)
+                         concurrency=a.concurrency, lr=a.lr, model_dir=a.model_dir, keep=a.keep, trainer=a.trainer)
     return cfg, a.allow_skips
 
 

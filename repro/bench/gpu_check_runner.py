@@ -53,6 +53,7 @@ class GpuCheckConfig:
     max_rows: int = 64
     max_len: int = 4096  # tokens per training row (the prompt's tail is cut to fit)
     keep: bool = False
+    trainer: str = "repro"  # repro | verl (also verl's actor on the recorded rows)
 
 
 class Report:
