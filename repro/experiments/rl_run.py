@@ -91,11 +91,11 @@ def rl_run_job(setup: Setup, data: RunData, eval: EvalConfig, validation: Valida
         raise SystemExit(f"error: experiment {eval.experiment} trains a released model: pass eval.checkpoint=DIR "
                          "(a transformers checkpoint directory, e.g. Qwen3.5-9B downloaded beforehand)")
     memory_gate(rl.update, setup.serving, eval.checkpoint)  # before anything loads: seconds, not hours
-    if isinstance(rl.update, VerlUpdateConfig):
-        raise SystemExit("error: trainer=verl: the memory plan above fits, but this job does not yet drive verl's "
-                         "workers (issue 51: the update on verl's actor is checked on CPU by tests/verl_engine; the "
-                         "RL loop through the proxy onto verl's rollout replicas is the next step). Use the default "
-                         "trainer on CPU, or `repro plan --memory LAYOUT` to size a cluster.")
+    if isinstance(rl.update, VerlUpdateConfig) and rl.update.device != "cpu":
+        raise SystemExit("error: trainer=verl: the memory plan above fits, but verl's workers are not yet placed on "
+                         "GPUs by this job (issue 51: the loop drives verl's actor in one process, trainer=verl_cpu; "
+                         "Ray placement, rollout replicas behind the proxy and weight sync are the next step). Use "
+                         "`repro plan --memory LAYOUT` to size a cluster.")
     run_dir, started, acct = Path(run_dir), time.time(), Accountant()
     with acct.phase("setup"):
         train_name, train_list = load_task_set(data.train)

@@ -34,8 +34,18 @@ from repro.store import open_store
 from repro.tasks.schema import Task
 from repro.tracking import Tracker
 from repro.train.rl import PolicyTrainer
+from repro.verl.config import VerlUpdateConfig
 
 START_FILE = "rl/start.json"  # the starting weights' sha256 (the probe step's cache key on a resumed run)
+
+
+def policy_trainer(policy_dir: Path, update: Any) -> Any:
+    """repro's own trainer, or verl's actor for ``trainer=verl`` (:class:`repro.verl.policy.VerlPolicy`)."""
+    if isinstance(update, VerlUpdateConfig):
+        from repro.verl.policy import VerlPolicy  # starts verl's worker in verl's environment
+
+        return VerlPolicy(policy_dir, update)
+    return PolicyTrainer(policy_dir, update)
 
 
 class RLTrainer:
@@ -63,7 +73,7 @@ class RLTrainer:
         self.grades = grades or GradeCache()
         self.probe_harness = probe_harness or harness
         self.state = RunState(self.run_dir, self.policy_dir, config.steps, config.checkpoint_every)
-        self.policy = PolicyTrainer(self.policy_dir, config.update)
+        self.policy = policy_trainer(self.policy_dir, config.update)
         self.store_path = self.run_dir / "traces.sqlite"
         self.probe: dict[str, Any] | None = None  # the task filter's summary, after fit
 

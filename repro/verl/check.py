@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _platform() -> None:
+def ensure_platform() -> None:
     if not (Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi")):
         from repro.verl.cpu_platform import register
 
@@ -31,7 +31,7 @@ def _worker(args: argparse.Namespace, rows: list[Any]) -> Any:
     return build_actor(verl_config(overrides))
 
 
-def _full_state(worker: Any) -> dict[str, Any]:
+def full_state(worker: Any) -> dict[str, Any]:
     """The actor's weights gathered from every rank (FSDP2), on the CPU, by parameter name."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
@@ -90,7 +90,7 @@ def run_update(args: argparse.Namespace) -> None:
     mine = shard(rows, int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
     old = compute_log_probs(worker, mine, args.pad_id, args.temperature)
     metrics = update(worker, mine, args.pad_id, old, args.temperature, global_rows=len(rows))
-    state = _full_state(worker)
+    state = full_state(worker)
     if int(os.environ.get("RANK", "0")) == 0:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--param-dtype", default="fp32", choices=["fp32", "bf16"])
     parser.add_argument("--epsilon", type=float, default=1e-6, help="advantages: GRPO's epsilon")
     args = parser.parse_args(argv)
-    _platform()
+    ensure_platform()
     modes = {"advantages": run_advantages, "batch": run_batch, "logprobs": run_logprobs, "update": run_update}
     modes[args.mode](args)
 
