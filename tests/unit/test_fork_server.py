@@ -80,10 +80,11 @@ def test_runs_in_parallel_threads_each_get_their_own_result(json_tool: ForkServe
 
 def test_a_run_past_its_timeout_is_killed_with_its_children(timeit: ForkServer, tmp_path: Path) -> None:
     out = _out(tmp_path, "slow")
-    spawn = "import subprocess; subprocess.Popen(['sleep', '300']); import time; time.sleep(300)"
+    # a duration no other test uses: another worker's test may run its own `sleep 300` meanwhile
+    spawn = "import subprocess; subprocess.Popen(['sleep', '317']); import time; time.sleep(317)"
     outcome = timeit.run(["timeit", "-n", "1", "-r", "1", spawn], out, out, 2)
     assert outcome.timed_out and outcome.exit_code is None
-    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "317"]]
 
 
 def test_a_dead_server_fails_the_runs_in_flight_and_is_restarted(timeit: ForkServer, tmp_path: Path) -> None:
