@@ -17,8 +17,7 @@ from repro.train.objective import check_on_policy
 from repro.verl.batch import rows_to_json
 from repro.verl.config import VerlUpdateConfig
 from repro.verl.env import ensure_verl_env, verl_command, verl_env_vars
-
-REPLY = "@@repro-verl@@ "  # repro.verl.worker.REPLY (that module imports verl's side)
+from repro.verl.worker import REPLY  # the worker module imports verl only inside its functions
 
 
 class VerlWorkerError(RuntimeError):
