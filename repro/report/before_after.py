@@ -28,10 +28,10 @@ from repro.report.cells import (
     run_name,
     seeds_cell,
 )
-from repro.report.families import family_frame, family_markdown, family_rows, summed_slips, write_family_csv
+from repro.report.families import Sections, family_frame, family_markdown, family_rows, summed_slips, write_family_csvs
 from repro.report.protocol import protocol_note
 from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
-from repro.report.table_files import by_table, table_file_stem, write_named_tables
+from repro.report.table_files import table_file_stem, write_named_tables
 
 PHASES = ("setup", "warm_start_demos", "warm_start_sft", "eval_before", "rl_rollouts", "rl_training", "eval_after")
 
@@ -156,7 +156,7 @@ def _slips(runs: list[dict[str, Any]], side: str) -> dict[str, list[int]] | None
     return summed_slips([(r.get("habits") or {}).get(side) for r in runs])
 
 
-def family_sections(group: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+def family_sections(group: list[dict[str, Any]]) -> Sections:
     """One configuration's family rows: each seed's, then pooled over the seeds (per-instance means), last."""
     if not all("per_instance" in r for r in group):
         return []
@@ -169,6 +169,11 @@ def family_sections(group: list[dict[str, Any]]) -> list[tuple[dict[str, Any], l
         label = {"run": f"pooled ({len(group)} seeds)", "seed": ",".join(str(r.get("seed", "?")) for r in group)}
         sections.append((label, family_rows(before, after, _slips(group, "before"), _slips(group, "after"))))
     return sections
+
+
+def all_family_sections(runs: list[dict[str, Any]]) -> Sections:
+    """Every configuration's family sections (:func:`family_sections`), in order."""
+    return [s for group in seed_groups(runs, config_key) for s in family_sections(group)]
 
 
 def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -309,10 +314,6 @@ def write_before_after_tables(runs: list[dict[str, Any]], results: Path) -> list
     """``results/<table>.md`` and ``.csv`` per table name, and ``<table>_diagnostics.md`` / ``.csv``: every RL
     step of every run."""
     written = write_named_tables(runs, results, lambda rows: run_markdown(rows, runs), table_csv_rows=table_rows)
-    for name, table_runs in by_table(runs).items():
-        sections = [s for g in seed_groups(table_runs, config_key) for s in family_sections(g)]
-        if sections:
-            written.append(write_family_csv(family_frame(sections), results, name))
-    return written + write_diagnostics(runs, results)
+    return written + write_family_csvs(runs, results, all_family_sections) + write_diagnostics(runs, results)
 
 

@@ -8,6 +8,7 @@ family is the repository. Every before/after, matrix and loop table prints these
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,13 @@ import pandas as pd
 
 from repro.evaluation.paired import paired_summary
 from repro.report.cells import paired_cells, pct
+from repro.report.table_files import by_table
 from repro.tasks.mutate import OPERATORS
 
 ALL = "all"
 _SWEBENCH_ID = "__"  # owner__repo-1234
 Slips = dict[str, list[int]]  # family -> [samples with a slipped edit, samples]
+Sections = list[tuple[dict[str, Any], list[dict[str, Any]]]]  # (the columns naming a comparison, its rows)
 
 
 def family_of(instance_id: str) -> str:
@@ -82,7 +85,7 @@ def family_rows(before: dict[str, float], after: dict[str, float], slips_before:
     return rows
 
 
-def family_frame(sections: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> pd.DataFrame:
+def family_frame(sections: Sections) -> pd.DataFrame:
     """Rows of several comparisons, each prefixed by the columns that name it (``{"arm": "proxy"}``...)."""
     return pd.DataFrame([{**label, **row} for label, rows in sections for row in rows])
 
@@ -104,8 +107,14 @@ def family_markdown(frame: pd.DataFrame, what: str) -> list[str]:
             f"(`docs/miniature.md`).{note}", ""]
 
 
-def write_family_csv(frame: pd.DataFrame, results: Path, table: str) -> Path:
-    """``results/<table>_families.csv``."""
-    path = results / f"{table}_families.csv"
-    frame.to_csv(path, index=False)
-    return path
+def write_family_csvs(runs: list[dict[str, Any]], results: Path,
+                      sections_of: Callable[[list[dict[str, Any]]], Sections]) -> list[Path]:
+    """``results/<table>_families.csv`` per table name with sections (``sections_of`` a table's runs)."""
+    written = []
+    for name, table_runs in by_table(runs).items():
+        sections = sections_of(table_runs)
+        if sections:
+            path = results / f"{name}_families.csv"
+            family_frame(sections).to_csv(path, index=False)
+            written.append(path)
+    return written

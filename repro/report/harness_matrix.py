@@ -13,9 +13,9 @@ import pandas as pd
 from repro.evaluation.paired import paired_summary
 from repro.report.before_after import mean_over_seeds, seed_groups
 from repro.report.cells import command_line, delta_cell, mean_cell, paired_cells, pass_cell, run_name, seeds_cell
-from repro.report.families import family_frame, family_markdown, family_rows, summed_slips, write_family_csv
+from repro.report.families import Sections, family_frame, family_markdown, family_rows, summed_slips, write_family_csvs
 from repro.report.protocol import protocol_note
-from repro.report.table_files import by_table, write_named_tables
+from repro.report.table_files import write_named_tables
 from repro.report.table_plots import image_link, table_plot
 
 WARM = "warm start"
@@ -96,7 +96,7 @@ def _slips(group: list[dict[str, Any]], trained: str, harness: str) -> dict[str,
     return summed_slips(counts)
 
 
-def family_sections(group: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+def family_sections(group: list[dict[str, Any]]) -> Sections:
     """By task family, pooled over the seeds: each arm (A) against the warm start (B) in each harness, then in
     each harness RL also trained in, the arm trained there (A) against each other arm (B)."""
     values, first, sections = pooled(group), group[0], []
@@ -205,7 +205,5 @@ def write_harness_matrix_tables(runs: list[dict[str, Any]], results: Path) -> li
         md = csv.with_suffix(".md")
         md.write_text(md.read_text() + "\n" + image_link(svg, alt) + "\n")
         written.append(svg)
-    for name, table_runs in by_table(runs).items():
-        sections = [s for group in seed_groups(table_runs, config_key) for s in family_sections(group)]
-        written.append(write_family_csv(family_frame(sections), results, name))
-    return written
+    return written + write_family_csvs(runs, results, lambda table_runs: [
+        s for group in seed_groups(table_runs, config_key) for s in family_sections(group)])

@@ -70,6 +70,12 @@ def rows_section(runs: list[Run]) -> str:
     return "".join(parts)
 
 
+def families_block(sections: list[Any]) -> str:
+    """The "What changed, by task family" table of a kind's runs ("" without per-instance outcomes)."""
+    return tag("div", "What changed, by task family", class_="label") + table(family_frame(sections)) \
+        if sections else ""
+
+
 def kind_rows(kind: str, metrics: list[dict[str, Any]]) -> str:
     if kind == "eval":
         if metrics[-1].get("layout") == "matrix":
@@ -81,18 +87,12 @@ def kind_rows(kind: str, metrics: list[dict[str, Any]]) -> str:
         return warnings + table(eval_table.markdown_frame(rows))
     if kind == "before_after":
         summary = diagnostics_summary(metrics)
-        families = [s for g in before_after.seed_groups(metrics, before_after.config_key)
-                    for s in before_after.family_sections(g)]
-        return table(pd.DataFrame(before_after.table_rows(metrics))) + (
-            tag("div", "What changed, by task family", class_="label") + table(family_frame(families))
-            if families else "") + (
+        return table(pd.DataFrame(before_after.table_rows(metrics))) + families_block(
+            before_after.all_family_sections(metrics)) + (
             tag("div", "RL diagnostics per run", class_="label") + table(summary) if len(summary) else "")
     if kind == "loop_comparison":
-        families = [s for g in loop_comparison.seed_groups(metrics, loop_comparison.config_key)
-                    for s in loop_comparison.family_sections(g)]
-        return table(pd.DataFrame(loop_comparison.table_rows(metrics)).fillna("")) + (
-            tag("div", "What changed, by task family", class_="label") + table(family_frame(families))
-            if families else "")
+        return table(pd.DataFrame(loop_comparison.table_rows(metrics)).fillna("")) + families_block(
+            loop_comparison.all_family_sections(metrics))
     return tag("p", esc(f"no table for runs of kind {kind!r}"), class_="muted")
 
 
@@ -111,8 +111,8 @@ def comparison_section(runs: list[Run]) -> str:
         a, b = final_per_instance(base.metrics or {}), final_per_instance(other.metrics or {})
         if not a or not b or not set(a) & set(b):
             continue
-        rows.append({"comparison": f"{other.label} - {base.label}", "n": len(set(a) & set(b)),
-                     **paired_cells(paired_summary(a, b))})
+        paired = paired_summary(a, b)
+        rows.append({"comparison": f"{other.label} - {base.label}", "n": paired["n"], **paired_cells(paired)})
     if not rows:
         return ""
     return (tag("h2", "Comparison", id_="comparison") + table(rows) +

@@ -11,10 +11,10 @@ import pandas as pd
 from repro.evaluation.paired import paired_summary
 from repro.report import cells
 from repro.report.before_after import mean_over_seeds, seed_groups
-from repro.report.families import family_frame, family_markdown, family_rows, summed_slips, write_family_csv
+from repro.report.families import Sections, family_frame, family_markdown, family_rows, summed_slips, write_family_csvs
 from repro.report.protocol import protocol_note
 from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
-from repro.report.table_files import by_table, write_named_tables
+from repro.report.table_files import write_named_tables
 from repro.report.tokenizer_drift import TOKENIZER_NAMES
 
 ARM_PHASES = ("rl_rollouts", "rl_training", "eval_after")
@@ -88,7 +88,7 @@ def _slips(runs: list[dict[str, Any]], arm: str | None) -> dict[str, list[int]] 
     return summed_slips([r.get("habits_before") if arm is None else r["arms"][arm].get("habits_after") for r in runs])
 
 
-def family_sections(runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+def family_sections(runs: list[dict[str, Any]]) -> Sections:
     """By task family, pooled over the seeds: each arm after RL against the warm start, then rebuilt against
     proxy."""
     if not all("per_instance_before" in r for r in runs):
@@ -193,8 +193,13 @@ def arm_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
             for kind, arm in run["arms"].items()]
 
 
+def all_family_sections(runs: list[dict[str, Any]]) -> Sections:
+    """Every configuration's family sections (:func:`family_sections`), in order."""
+    return [s for group in seed_groups(runs, config_key) for s in family_sections(group)]
+
+
 def _families_section(runs: list[dict[str, Any]]) -> list[str]:
-    sections = [s for group in seed_groups(runs, config_key) for s in family_sections(group)]
+    sections = all_family_sections(runs)
     if not sections:
         return []
     return family_markdown(family_frame(sections), "pooled over the seeds; delta = A - B, paired over the family's "
@@ -212,8 +217,5 @@ def _diagnostics_section(runs: list[dict[str, Any]]) -> list[str]:
 def write_loop_comparison_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """``results/<table>.md`` / ``.csv`` and the per-step diagnostics of every arm (``<table>_diagnostics.*``)."""
     written = write_named_tables(runs, results, lambda rows: comparison_markdown(rows, runs), arm_rows)
-    for name, table_runs in by_table(runs).items():
-        sections = [s for group in seed_groups(table_runs, config_key) for s in family_sections(group)]
-        if sections:
-            written.append(write_family_csv(family_frame(sections), results, name))
-    return written + write_diagnostics([arm for run in runs for arm in arm_runs(run)], results)
+    arms = [arm for run in runs for arm in arm_runs(run)]
+    return written + write_family_csvs(runs, results, all_family_sections) + write_diagnostics(arms, results)

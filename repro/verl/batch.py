@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
-
-ROW_FIELDS = ("rollout_id", "group_id", "row_index", "input_ids", "loss_mask", "old_logprobs", "weight",
-              "advantage", "reward")
 
 
 class RowLike(Protocol):
@@ -50,7 +47,7 @@ class RowLike(Protocol):
 
 @dataclass
 class PlainRow:
-    """A row read back from JSON (the fields of :data:`ROW_FIELDS`)."""
+    """A row as it crosses to verl's environment and is read back there (JSON of these fields)."""
 
     rollout_id: str
     group_id: str
@@ -61,6 +58,9 @@ class PlainRow:
     weight: float
     advantage: float
     reward: float | None
+
+
+ROW_FIELDS = tuple(f.name for f in fields(PlainRow))  # what crosses to verl's environment
 
 
 def rows_to_json(rows: Sequence[RowLike], path: Path) -> Path:

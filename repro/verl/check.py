@@ -12,13 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 
 def ensure_platform() -> None:
-    if not (Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi")):
+    """verl's own platform on an NVIDIA machine, else the CPU platform."""
+    from repro.serving.vllm_env import has_nvidia_device  # standard library only: loads in verl's environment
+
+    if not has_nvidia_device():
         from repro.verl.cpu_platform import register
 
         register()

@@ -14,6 +14,7 @@ import pytest
 
 from repro.net import free_port
 from repro.verl.env import cached_verl_python, ensure_verl_env, verl_command, verl_env_vars
+from tests.required_engines import fail_if_skipped, summary_line
 
 REQUIRED = os.environ.get("REPRO_REQUIRE_VERL") == "1"
 UNIT = "tests/verl_engine/"
@@ -41,18 +42,10 @@ def run_check(python: Path, args: Sequence[str], nproc: int = 1, timeout: float 
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    counts = {kind: sum(r.nodeid.startswith(UNIT) for r in terminalreporter.stats.get(kind, []))
-              for kind in ("passed", "failed", "error", "skipped")}
-    if not any(counts.values()):
-        return
-    terminalreporter.write_line("verl tests (tests/verl_engine): " + ", ".join(f"{n} {k}" for k, n in counts.items())
-                                + (" (required: REPRO_REQUIRE_VERL=1)" if REQUIRED else ""))
+    summary_line(terminalreporter, UNIT, "verl", "REPRO_REQUIRE_VERL", REQUIRED)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
-    report = outcome.get_result()
-    if REQUIRED and report.skipped:  # this conftest's hooks see only the tests under tests/verl_engine
-        report.outcome = "failed"
-        report.longrepr = f"REPRO_REQUIRE_VERL=1: skipped ({report.longrepr})"
+    fail_if_skipped(outcome.get_result(), "REPRO_REQUIRE_VERL", REQUIRED)  # these hooks see only this folder's tests

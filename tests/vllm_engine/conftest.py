@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from repro.serving.vllm_env import cached_vllm_python, ensure_vllm_env
+from tests.required_engines import fail_if_skipped, summary_line
 
 REQUIRED = os.environ.get("REPRO_REQUIRE_VLLM") == "1"
 UNIT = "tests/vllm_engine/"
@@ -33,18 +34,10 @@ def vllm_python() -> str:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    counts = {kind: sum(r.nodeid.startswith(UNIT) for r in terminalreporter.stats.get(kind, []))
-              for kind in ("passed", "failed", "error", "skipped")}
-    if not any(counts.values()):
-        return
-    terminalreporter.write_line("vllm tests (tests/vllm_engine): " + ", ".join(f"{n} {k}" for k, n in counts.items())
-                                + (" (required: REPRO_REQUIRE_VLLM=1)" if REQUIRED else ""))
+    summary_line(terminalreporter, UNIT, "vllm", "REPRO_REQUIRE_VLLM", REQUIRED)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
-    report = outcome.get_result()
-    if REQUIRED and report.skipped:  # this conftest's hooks see only the tests under tests/vllm_engine
-        report.outcome = "failed"
-        report.longrepr = f"REPRO_REQUIRE_VLLM=1: skipped ({report.longrepr})"
+    fail_if_skipped(outcome.get_result(), "REPRO_REQUIRE_VLLM", REQUIRED)  # these hooks see only this folder's tests
