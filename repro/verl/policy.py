@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -108,3 +109,5 @@ class VerlPolicy:
             except (OSError, subprocess.TimeoutExpired, ValueError):
                 self.process.kill()
         self.log.close()
+        if self.process.poll() == 0:  # a clean exit: its rows and log are of no further use (else kept for the error)
+            shutil.rmtree(self.scratch, ignore_errors=True)
