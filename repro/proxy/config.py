@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,9 @@ class ProxyConfig:
     ``upstream_model``, when set, replaces the ``model`` field the harness sends.
     ``upstream_api_key`` (else the ``REPRO_UPSTREAM_API_KEY`` environment variable) is sent upstream as a bearer
     token; it is never stored, logged, shown in ``repr`` or passed on a command line.
+    ``upstream_replicas``: further URLs serving the same weights (verl's vLLM replicas, one a GPU or TP group): a
+    rollout's calls all go to one of ``[upstream_url, *upstream_replicas]``, the one :func:`replica_index` picks from
+    its id, so its growing prompt meets its own prefix cache.
     ``vocab_size``, when set, bounds the token ids the upstream may return (else the int32 range).
     ``write_timeout_s`` bounds the wait for the trace writer; ``shutdown_timeout_s`` how long a stopping proxy
     lets calls in flight finish before it cancels them.
@@ -38,6 +42,12 @@ class ProxyConfig:
     vocab_size: int | None = None
     write_timeout_s: float = 30.0
     shutdown_timeout_s: float = 3.0
+    upstream_replicas: list[str] = field(default_factory=list)
+
+    @property
+    def upstream_urls(self) -> list[str]:
+        """Every upstream the proxy forwards to (index 0: ``upstream_url``)."""
+        return [self.upstream_url, *self.upstream_replicas]
 
     def resolved_upstream_api_key(self) -> str | None:
         """The key sent upstream: the config's, else the environment's (None: send no Authorization header)."""
@@ -46,3 +56,11 @@ class ProxyConfig:
     def public_dict(self) -> dict[str, Any]:
         """The config without the upstream key (what may be written to a command line or a file)."""
         return {**self.__dict__, "upstream_api_key": None}
+
+
+def replica_index(rollout_id: str, n_replicas: int) -> int:
+    """The replica a rollout's calls go to: sha256 of its id modulo ``n_replicas`` (stable across processes and
+    restarts, unlike ``hash``; spread evenly over rollouts)."""
+    if n_replicas <= 1:
+        return 0
+    return int.from_bytes(hashlib.sha256(rollout_id.encode()).digest()[:8], "big") % n_replicas

@@ -19,7 +19,7 @@ import orjson
 
 from repro.asgi import SSE_HEADERS, Receive, Send, send_bytes
 from repro.proxy.assemble import StreamAccumulator, StreamFormatError, extract_response
-from repro.proxy.config import ProxyConfig
+from repro.proxy.config import ProxyConfig, replica_index
 from repro.proxy.dialects import Dialect, StreamTranslator
 from repro.proxy.errors import ProxyError, upstream_error
 from repro.proxy.sampled import check_sampled
@@ -55,20 +55,31 @@ class Answer:
 _PASS_THROUGH = Answer()
 
 
+class Upstream:
+    """One upstream server: its base URL, path prefix and pooled connections."""
+
+    def __init__(self, url: str, config: ProxyConfig) -> None:
+        self.base = url.rstrip("/")
+        parts = urlsplit(self.base)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"upstream url must be http://host:port[/prefix], got {url!r}")
+        self.prefix = parts.path.encode()
+        self.pool = UpstreamPool(parts.hostname, parts.port or 80, config.connect_timeout_s, config.read_timeout_s,
+                                 api_key=config.resolved_upstream_api_key())
+
+
 class Forwarder:
-    """One pooled upstream client and the two forwarding paths."""
+    """The pooled upstream clients (one a replica) and the two forwarding paths."""
 
     def __init__(self, config: ProxyConfig, writer: GroupCommitWriter) -> None:
         self.config = config
         self.writer = writer
-        self.base = config.upstream_url.rstrip("/")
-        url = urlsplit(self.base)
-        if url.scheme != "http" or not url.hostname:
-            raise ValueError(f"upstream_url must be http://host:port[/prefix], got {config.upstream_url!r}")
-        self.prefix = url.path.encode()
-        self.pool = UpstreamPool(url.hostname, url.port or 80, config.connect_timeout_s, config.read_timeout_s,
-                                 api_key=config.resolved_upstream_api_key())
+        self.upstreams = [Upstream(url, config) for url in config.upstream_urls]
         self._queued: set[tuple[str, int]] = set()  # calls handed to the writer, so a cancel does not add a second
+
+    def upstream_for(self, rollout_id: str) -> Upstream:
+        """The replica that serves every call of ``rollout_id`` (:func:`repro.proxy.config.replica_index`)."""
+        return self.upstreams[replica_index(rollout_id, len(self.upstreams))]
 
     async def forward(self, call: CallRecord, request: dict[str, Any], receive: Receive, send: Send,
                       answer: Answer = _PASS_THROUGH) -> None:
@@ -91,7 +102,8 @@ class Forwarder:
         """Nothing to do: connections are opened on first use."""
 
     async def close(self) -> None:
-        self.pool.close()
+        for upstream in self.upstreams:
+            upstream.pool.close()
 
     def upstream_body(self, call: CallRecord, request: dict[str, Any]) -> bytes:
         """The harness's request plus mode overrides, with token ids and sampled logprobs forced on."""
@@ -111,43 +123,46 @@ class Forwarder:
         fields = {name: chat[name] for name in ("messages", "tools") if chat.get(name)}
         body = orjson.dumps({"model": self.config.upstream_model or chat.get("model", ""), **fields,
                              "add_generation_prompt": True})
+        upstream = self.upstreams[0]  # every replica serves the same tokenizer
         try:
-            resp = await self.pool.request(b"POST", self.prefix + b"/tokenize", body)
+            resp = await upstream.pool.request(b"POST", upstream.prefix + b"/tokenize", body)
             data = await resp.read()
         except _FAILURES as exc:
-            raise self._connection_error(exc) from None
-        self.pool.release(resp)
+            raise self._connection_error(exc, upstream) from None
+        upstream.pool.release(resp)
         if resp.status != 200:
-            raise self._status_error(resp.status, data)
+            raise self._status_error(resp.status, data, upstream)
         try:
             return int(orjson.loads(data)["count"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise upstream_error(502, f"upstream /tokenize returned an unreadable body: {exc}") from None
 
     async def models(self, send: Send) -> None:
+        upstream = self.upstreams[0]
         try:
-            resp = await self.pool.request(b"GET", self.prefix + b"/v1/models")
+            resp = await upstream.pool.request(b"GET", upstream.prefix + b"/v1/models")
             data = await resp.read()
         except _FAILURES as exc:
-            raise self._connection_error(exc) from None
-        self.pool.release(resp)
+            raise self._connection_error(exc, upstream) from None
+        upstream.pool.release(resp)
         await send_bytes(send, resp.status, data)
 
     # unary ----------------------------------------------------------------------------------------
     async def unary(self, call: CallRecord, request: dict[str, Any], send: Send,
                     answer: Answer = _PASS_THROUGH) -> None:
-        path = self.prefix + _upstream_path(call)
+        upstream = self.upstream_for(call.rollout_id)
         try:
-            resp = await self.pool.request(b"POST", path, self.upstream_body(call, request))
+            resp = await upstream.pool.request(b"POST", upstream.prefix + _upstream_path(call),
+                                               self.upstream_body(call, request))
             data = await resp.read()
         except _FAILURES as exc:
-            return await self._fail(call, send, self._connection_error(exc), answer)
-        self.pool.release(resp)
+            return await self._fail(call, send, self._connection_error(exc, upstream), answer)
+        upstream.pool.release(resp)
         status = resp.status
         call.t_first_byte = call.t_end = time.time()
         call.http_status = status
         if status != 200:
-            return await self._fail(call, send, self._status_error(status, data), answer)
+            return await self._fail(call, send, self._status_error(status, data, upstream), answer)
         try:
             extract_response(orjson.loads(data), call)
         except (orjson.JSONDecodeError, AttributeError, TypeError, KeyError) as exc:
@@ -166,25 +181,26 @@ class Forwarder:
     # streaming ------------------------------------------------------------------------------------
     async def stream(self, call: CallRecord, request: dict[str, Any], receive: Receive, send: Send,
                      answer: Answer = _PASS_THROUGH) -> None:
-        path = self.prefix + _upstream_path(call)
+        upstream = self.upstream_for(call.rollout_id)
         try:
-            resp = await self.pool.request(b"POST", path, self.upstream_body(call, request))
+            resp = await upstream.pool.request(b"POST", upstream.prefix + _upstream_path(call),
+                                               self.upstream_body(call, request))
             data = await resp.read() if resp.status != 200 else b""
         except _FAILURES as exc:
-            return await self._fail(call, send, self._connection_error(exc), answer)
+            return await self._fail(call, send, self._connection_error(exc, upstream), answer)
         call.http_status = resp.status
         if resp.status != 200:
-            self.pool.release(resp)
-            return await self._fail(call, send, self._status_error(resp.status, data), answer)
+            upstream.pool.release(resp)
+            return await self._fail(call, send, self._status_error(resp.status, data, upstream), answer)
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         disconnected = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, disconnected, resp))
         try:
             translator = answer.translator()
-            held = await self._pump(call, request, resp, send, disconnected, translator)
+            held = await self._pump(call, request, resp, send, disconnected, translator, upstream)
         finally:
             watcher.cancel()
-            self.pool.release(resp)
+            upstream.pool.release(resp)
         failure = await self._record(call)
         if failure is not None and call.status != "error":
             held = _error_event(failure, translator)
@@ -194,7 +210,7 @@ class Forwarder:
             await send({"type": "http.response.body", "body": held, "more_body": False})
 
     async def _pump(self, call: CallRecord, request: dict[str, Any], resp: Response, send: Send,
-                    disconnected: asyncio.Event, translator: StreamTranslator | None) -> bytes:
+                    disconnected: asyncio.Event, translator: StreamTranslator | None, upstream: Upstream) -> bytes:
         """Pass chunks through as they arrive (or their translation); returns the tail to send after the commit."""
         acc = StreamAccumulator(keep_chunks=translator is not None)
         held = b""
@@ -220,7 +236,7 @@ class Forwarder:
                     await send({"type": "http.response.body", "body": events, "more_body": True})
         except _FAILURES as exc:
             if not disconnected.is_set():
-                call.status, call.error = "error", f"upstream stream failed: {_describe(exc, self.config)}"
+                call.status, call.error = "error", f"upstream stream failed: {_describe(exc, self.config, upstream)}"
         except StreamFormatError as exc:
             call.status, call.error = "error", str(exc)
         call.t_end = time.time()
@@ -268,18 +284,18 @@ class Forwarder:
             error = failure  # the store is down: say so rather than the upstream fault that was not recorded
         await send_bytes(send, error.status, answer.error_body(error))
 
-    def _connection_error(self, exc: BaseException) -> ProxyError:
+    def _connection_error(self, exc: BaseException, upstream: Upstream) -> ProxyError:
         status = 504 if isinstance(exc, UpstreamTimeout) else 502
-        return upstream_error(status, _describe(exc, self.config))
+        return upstream_error(status, _describe(exc, self.config, upstream))
 
-    def _status_error(self, status: int, data: bytes) -> ProxyError:
+    def _status_error(self, status: int, data: bytes, upstream: Upstream) -> ProxyError:
         text = data[:2000].decode("utf-8", "replace")
         if status in (401, 403):  # the proxy's own credentials, not the harness's: a fault of the set-up
-            given = "its key was refused" if self.pool.has_api_key else "no key was sent"
-            return upstream_error(502, f"upstream {self.base} refused the proxy ({status}, {given}): set "
+            given = "its key was refused" if upstream.pool.has_api_key else "no key was sent"
+            return upstream_error(502, f"upstream {upstream.base} refused the proxy ({status}, {given}): set "
                                        f"proxy.upstream_api_key or REPRO_UPSTREAM_API_KEY; upstream said: {text}")
         if status >= 500:
-            return upstream_error(502, f"upstream {self.base} answered {status}: {text}")
+            return upstream_error(502, f"upstream {upstream.base} answered {status}: {text}")
         return ProxyError(status, f"upstream rejected the request ({status}): {text}")
 
 
@@ -293,10 +309,10 @@ async def _watch_disconnect(receive: Receive, disconnected: asyncio.Event, resp:
             return
 
 
-def _describe(exc: BaseException, config: ProxyConfig) -> str:
+def _describe(exc: BaseException, config: ProxyConfig, upstream: Upstream) -> str:
     if isinstance(exc, UpstreamTimeout):
-        return f"upstream {config.upstream_url} sent nothing for {config.read_timeout_s}s (proxy.read_timeout_s)"
-    return f"upstream {config.upstream_url} unreachable: {type(exc).__name__}: {exc}"
+        return f"upstream {upstream.base} sent nothing for {config.read_timeout_s}s (proxy.read_timeout_s)"
+    return f"upstream {upstream.base} unreachable: {type(exc).__name__}: {exc}"
 
 
 def _ignore(_: BaseException | None) -> None:

@@ -60,6 +60,8 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = ProxyConfig()
     parser.add_argument("--config-json", help="a whole ProxyConfig as JSON (overrides the flags)")
     parser.add_argument("--upstream-url", default=defaults.upstream_url)
+    parser.add_argument("--upstream-replica", dest="upstream_replicas", action="append", default=[],
+                        help="another URL serving the same model (repeatable); each rollout stays on one replica")
     parser.add_argument("--host", default=defaults.host, help="bind address (default loopback only)")
     parser.add_argument("--port", type=int, default=defaults.port)
     parser.add_argument("--store", dest="store_path", default=defaults.store_path)
@@ -77,4 +79,5 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         return ProxyConfig(**orjson.loads(args.config_json))
     return ProxyConfig(upstream_url=args.upstream_url, host=args.host, port=args.port, store_path=args.store_path,
                        upstream_model=args.upstream_model, read_timeout_s=args.read_timeout_s,
-                       vocab_size=args.vocab_size, upstream_api_key=args.upstream_api_key)
+                       vocab_size=args.vocab_size, upstream_api_key=args.upstream_api_key,
+                       upstream_replicas=list(args.upstream_replicas))

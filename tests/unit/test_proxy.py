@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -10,8 +11,10 @@ import httpx
 import openai
 import pytest
 
+from repro.net import free_port
+from repro.proxy.config import replica_index
 from repro.seeding import call_seed
-from repro.testing import fake_completion_text, fake_prompt_ids
+from repro.testing import FakeVllmUpstream, ServerThread, fake_completion_text, fake_prompt_ids
 from tests.support import RunningProxy, start_proxy
 
 _BASH_PARAMS = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
@@ -263,3 +266,39 @@ def test_purpose_route_records_side_calls_and_refuses_unknown_purposes(proxy: Ru
     assert all(c.prompt_ids and c.completion_ids for c in calls)
     with pytest.raises(ValueError, match="not a rollout base URL"):
         purpose_base_url("http://x/v1", "auxiliary")
+
+
+def test_each_rollout_stays_on_one_replica_chosen_from_its_id(tmp_path) -> None:
+    """verl's vLLM replicas behind one proxy: all calls of a rollout reach the replica ``replica_index`` names
+    (its prefix cache), rollouts spread over replicas; one replica down fails only the rollouts pinned to it."""
+    apps = [FakeVllmUpstream(completion_tokens=4) for _ in range(3)]
+    with ServerThread(apps[0], free_port()) as a, ServerThread(apps[1], free_port()) as b, \
+            ServerThread(apps[2], free_port()) as c:
+        server, config = start_proxy(tmp_path, a.url, upstream_replicas=[b.url, c.url])
+        with server:
+            running = RunningProxy(server.url, config)
+            rollouts = [f"rollout-{i}" for i in range(12)]
+            for rollout in rollouts:
+                base = running.new_rollout(rollout)
+                before = [app.requests for app in apps]
+                for _ in range(3):
+                    assert _chat(base).status_code == 200
+                grew = [app.requests - was for app, was in zip(apps, before, strict=True)]
+                assert grew == [3 if i == replica_index(rollout, 3) else 0 for i in range(3)], rollout
+            assert all(app.requests > 0 for app in apps)  # sha256 spreads 12 rollouts over all 3
+        down = [r for r in rollouts if replica_index(r, 2) == 1]
+        server, config = start_proxy(tmp_path / "down", a.url, upstream_replicas=[f"http://127.0.0.1:{free_port()}"])
+        with server:
+            running = RunningProxy(server.url, config)
+            for rollout in rollouts:
+                resp = _chat(running.new_rollout(rollout))
+                assert resp.status_code == (502 if rollout in down else 200), rollout
+                if rollout in down:
+                    assert "unreachable" in resp.text
+
+
+def test_replica_index_is_stable_and_spreads_rollouts() -> None:
+    assert replica_index("any", 1) == 0 and replica_index("any", 0) == 0
+    assert replica_index("r7", 4) == int(hashlib.sha256(b"r7").hexdigest()[:16], 16) % 4  # not the salted hash()
+    picks = [replica_index(f"r{i}", 4) for i in range(400)]
+    assert set(picks) == {0, 1, 2, 3} and min(picks.count(p) for p in range(4)) > 60
