@@ -10,6 +10,7 @@ has kind ``before_after`` (the table of ``repro table``) plus the validation poi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from repro.rl.config import RLConfig
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
 from repro.rl.rollouts import GradeCache
 from repro.rl.trainer import RLTrainer
+from repro.serving.stack import verl_stack
 from repro.tasks.schema import Task
 from repro.tasks.sets import load_task_set
 from repro.tracking import tracked
@@ -83,6 +85,29 @@ def validator(evaluator: Evaluator, run_dir: Path, tasks: list[Task]) -> Callabl
     return validate
 
 
+def start_verl_on_gpus(update: Any, eval: EvalConfig, run_dir: Path) -> Any:
+    """``trainer=verl`` on GPUs: verl's actor workers and their colocated vLLM replicas, placed by Ray on the
+    run's private copy of the checkpoint (None for every other trainer: their server starts with the stack)."""
+    if not (isinstance(update, VerlUpdateConfig) and update.on_gpus):
+        return None
+    from repro.verl.policy import VerlPolicy  # starts verl's driver in verl's environment
+
+    if not eval.checkpoint:
+        raise SystemExit("error: trainer=verl on GPUs trains a transformers checkpoint: pass eval.checkpoint=DIR")
+    policy = stage_policy(Path(eval.checkpoint).expanduser(), Path(run_dir))
+    print(f"phase setup: verl's actor and vLLM replicas on {update.nnodes} x {update.n_gpus_per_node} GPUs "
+          f"(placed by Ray{', cluster ' + update.ray_address if update.ray_address else ''})", flush=True)
+    return VerlPolicy(policy, update)
+
+
+def served(setup: Setup, verl: Any, policy: Path, run_dir: Path) -> contextlib.AbstractContextManager[Any]:
+    """The stack the run samples from: the proxy in front of verl's replicas, or the configured server."""
+    if verl is None:
+        return setup.server(policy, run_dir)
+    urls, name = verl.rollout_servers()
+    return verl_stack(policy, urls, name, verl.sync_rollout, setup.proxy, run_dir)
+
+
 def rl_run_job(setup: Setup, data: RunData, eval: EvalConfig, validation: ValidationConfig, rl: RLConfig,
                run_dir: Path, require_checkpoint: bool = False) -> dict[str, Any]:
     """Evaluate the base (``eval.checkpoint``, else the tiny model), RL with validation points, evaluate again.
@@ -91,11 +116,7 @@ def rl_run_job(setup: Setup, data: RunData, eval: EvalConfig, validation: Valida
         raise SystemExit(f"error: experiment {eval.experiment} trains a released model: pass eval.checkpoint=DIR "
                          "(a transformers checkpoint directory, e.g. Qwen3.5-9B downloaded beforehand)")
     memory_gate(rl.update, setup.serving, eval.checkpoint)  # before anything loads: seconds, not hours
-    if isinstance(rl.update, VerlUpdateConfig) and rl.update.device != "cpu":
-        raise SystemExit("error: trainer=verl: the memory plan above fits, but verl's workers are not yet placed on "
-                         "GPUs by this job (issue 51: the loop drives verl's actor in one process, trainer=verl_cpu; "
-                         "Ray placement, rollout replicas behind the proxy and weight sync are the next step). Use "
-                         "`repro plan --memory LAYOUT` to size a cluster.")
+    verl = start_verl_on_gpus(rl.update, eval, run_dir)  # its workers and replicas before anything is evaluated
     run_dir, started, acct = Path(run_dir), time.time(), Accountant()
     with acct.phase("setup"):
         train_name, train_list = load_task_set(data.train)
@@ -111,8 +132,9 @@ def rl_run_job(setup: Setup, data: RunData, eval: EvalConfig, validation: Valida
         spec = build_spec(agent, test_name, test_list, setup.sandbox, eval, getattr(data.test, "seed", None), name)
         val_ev = validation_eval(eval, validation)
         val_spec = build_spec(agent, "validation", val_list, setup.sandbox, val_ev, None, name)
-        base_sha, policy = weights_sha256(base_dir), stage_policy(base_dir, run_dir)
-        with setup.server(policy, run_dir) as stack:
+        base_sha = weights_sha256(base_dir)
+        policy = verl.model_dir if verl is not None else stage_policy(base_dir, run_dir)
+        with served(setup, verl, policy, run_dir) as stack:
             grades = GradeCache()
             test = Evaluator(stack, agent, box, spec, eval, grades=grades)
             before = _evaluate(test, "eval_before", test_list, base_name, run_dir, acct)
@@ -124,7 +146,7 @@ def rl_run_job(setup: Setup, data: RunData, eval: EvalConfig, validation: Valida
             with tracked(run_dir, setup.tracking, f"rl-{run_dir.name}") as tracker:
                 trainer = RLTrainer(stack, agent, box, rl, run_dir, validate=validate,
                                     validate_every=validation.every_steps, tracker=tracker, accountant=acct,
-                                    grades=grades)
+                                    grades=grades, policy=verl)
                 history = trainer.fit(train_list)
             after = _evaluate(test, "eval_after", test_list, f"rl-{run_dir.name}", run_dir, acct)
     metrics = before_after_metrics(BeforeAfter(

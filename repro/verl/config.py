@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from repro.train.config import UpdateConfig
 
+PLACEMENTS = ("process", "ray")
 STRATEGIES = ("fsdp2",)  # FSDP1 (verl's "fsdp", the published run's) does not run on CPU: the suite checks fsdp2
 
 
@@ -36,6 +37,9 @@ class VerlUpdateConfig(UpdateConfig):
     free_cache_engine: bool = True  # vLLM sleeps during the update
     update_weights_bucket_megabytes: int = 4096
     memory_layout: str = ""
+    placement: str = "ray"  # ray: verl's workers placed by Ray (required on GPUs) | process: one, in the worker
+    ray_address: str = ""  # a running Ray cluster ("auto": the one this node joined); "": a private one here
+    tool_call_parser: str = "hermes"  # the replicas' vLLM tool-call parser (as serving=vllm's)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -44,3 +48,48 @@ class VerlUpdateConfig(UpdateConfig):
         if self.n_gpus_per_node < 1 or self.nnodes < 1 or self.ulysses_sequence_parallel_size < 1:
             raise ValueError("trainer.n_gpus_per_node, trainer.nnodes and trainer.ulysses_sequence_parallel_size "
                              "must be >= 1")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"trainer.placement={self.placement!r}: choose one of {', '.join(PLACEMENTS)}")
+        if self.device != "cpu" and self.placement != "ray":
+            raise ValueError("trainer=verl on GPUs places its workers with Ray: trainer.placement=ray")
+
+    @property
+    def on_gpus(self) -> bool:
+        """verl's workers and its vLLM replicas on GPUs (else the CPU path: repro's CPU server is the rollout)."""
+        return self.device != "cpu"
+
+    def placement_settings(self) -> dict[str, object]:
+        """What :mod:`repro.verl.worker` builds the actor from (:class:`repro.verl.cluster.Placement`'s fields)."""
+        if self.placement == "process":
+            return {"kind": "process"}
+        return {"kind": "ray", "nnodes": self.nnodes, "per_node": self.n_gpus_per_node, "address": self.ray_address,
+                "rollout": self.on_gpus, "cpu": not self.on_gpus}
+
+    def systems_overrides(self) -> list[str]:
+        """verl ``ppo_trainer`` overrides for the systems settings (offload, fused log-probs, sequence parallel,
+        gradient checkpointing, the colocated vLLM replicas and their weight sync)."""
+        actor, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+        out = [f"{actor}.fsdp_config.param_offload={self.param_offload}",
+               f"{actor}.fsdp_config.optimizer_offload={self.optimizer_offload}",
+               f"{actor}.fsdp_config.offload_policy={self.offload_policy}",
+               f"actor_rollout_ref.model.use_fused_kernels={self.use_fused_kernels}",
+               f"actor_rollout_ref.model.use_remove_padding={self.use_remove_padding}",
+               f"actor_rollout_ref.model.enable_gradient_checkpointing={self.gradient_checkpointing}",
+               f"{actor}.ulysses_sequence_parallel_size={self.ulysses_sequence_parallel_size}",
+               f"{actor}.ppo_micro_batch_size_per_gpu={self.ppo_micro_batch_size_per_gpu}",
+               f"trainer.n_gpus_per_node={self.n_gpus_per_node}", f"trainer.nnodes={self.nnodes}"]
+        if not self.on_gpus:
+            return out
+        return [*out, f"{rollout}.name=vllm", f"{rollout}.mode=async",
+                      f"{rollout}.tensor_model_parallel_size={self.rollout_tensor_parallel_size}",
+                      f"{rollout}.gpu_memory_utilization={self.rollout_gpu_memory_utilization}",
+                      f"{rollout}.free_cache_engine={self.free_cache_engine}",
+                      f"{rollout}.max_model_len={self.max_row_tokens}",
+                      f"{rollout}.prompt_length={self.max_row_tokens // 2}",
+                      f"{rollout}.response_length={self.max_row_tokens // 2}",
+                      f"{rollout}.skip_tokenizer_init=false",  # the harness's chat calls need vLLM's template
+                      f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes="
+                      f"{self.update_weights_bucket_megabytes}",
+                      f"+{rollout}.engine_kwargs.vllm.enable_auto_tool_choice=true",
+                      f"+{rollout}.engine_kwargs.vllm.tool_call_parser={self.tool_call_parser}",
+                      "actor_rollout_ref.hybrid_engine=true"]

@@ -26,8 +26,9 @@ class VerlWorkerError(RuntimeError):
 
 
 class VerlPolicy:
-    """``PolicyTrainer``'s surface over verl's actor (one process: the miniature's CPU path; on GPUs verl's workers
-    are placed by Ray, the next step of issue 51)."""
+    """``PolicyTrainer``'s surface over verl's actor: one process (``trainer.placement=process``, the miniature's CPU
+    path) or a Ray worker group (``ray``; on GPUs with verl's vLLM replicas colocated: :meth:`rollout_servers`,
+    :meth:`sync_rollout`)."""
 
     def __init__(self, model_dir: Path, cfg: VerlUpdateConfig) -> None:
         self.model_dir, self.cfg, self.steps = Path(model_dir), cfg, 0
@@ -37,14 +38,15 @@ class VerlPolicy:
         settings = {"lr": cfg.learning_rate, "clip_low": cfg.clip_low, "clip_high": cfg.clip_high,
                     "clip_ratio_c": cfg.clip_ratio_c, "betas": list(cfg.adam_betas), "weight_decay": cfg.weight_decay,
                     "max_grad_norm": cfg.max_grad_norm, "param_dtype": "bf16" if cfg.bf16 else "fp32",
-                    "pad_id": pad_id}
+                    "pad_id": pad_id, "placement": cfg.placement_settings(),
+                    "systems": cfg.systems_overrides() if cfg.on_gpus else []}
         command = verl_command(ensure_verl_env(), "repro.verl.worker", "--model", str(self.model_dir),
                                "--settings", json.dumps(settings))
         self.log = (self.scratch / "worker.log").open("w")
         self.process = subprocess.Popen(command, env=verl_env_vars(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.log, text=True)
         atexit.register(self.close)
-        self._read()  # {"ready": true}
+        self.world_size = int(self._read().get("world_size", 1))  # {"ready": true, ...}
 
     def _read(self) -> dict[str, Any]:
         for line in self.process.stdout:  # type: ignore[union-attr]
@@ -89,6 +91,15 @@ class VerlPolicy:
 
     def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
         return list(self._ask(op="score", prompt=list(prompt_ids), completion=list(completion_ids))["logprobs"])
+
+    def rollout_servers(self) -> tuple[list[str], str]:
+        """The colocated vLLM replicas' base URLs and the model name they serve (GPUs only)."""
+        answer = self._ask(op="servers")
+        return list(answer["urls"]), str(answer["served_model_name"])
+
+    def sync_rollout(self) -> float:
+        """Push the actor's weights into the replicas (CUDA IPC) and wake them; the seconds it took."""
+        return float(self._ask(op="sync", step=self.steps)["seconds"])
 
     def save_state(self, path: Path) -> Path:
         """The step count only: verl's optimizer state stays in the worker (resuming a trainer=verl run restarts

@@ -10,7 +10,15 @@ stdin; each reply is one stdout line starting with :data:`REPLY` (verl logs to s
   the advantage, so verl's ``seq-mean-token-mean`` over rows with ``A * w * rows / normaliser`` is repro's
   ``sum(w * row mean) / normaliser``.
 * ``save``: the gathered weights into a checkpoint folder (the names of its existing ``model.safetensors``);
-* ``score``: log-probs of a completion after a prompt (the weight probe); ``quit``.
+* ``score``: log-probs of a completion after a prompt (the weight probe);
+* ``servers``: the colocated vLLM replicas' URLs and served model name (placement ``ray`` on GPUs);
+* ``sync``: the actor's weights into the replicas, which wake (verl's ``update_weights``); ``quit``.
+
+The actor is verl's worker in this process (placement ``process``: the CPU path) or a Ray worker group of
+``nnodes`` x ``per_node`` workers placed by verl (placement ``ray``, :mod:`repro.verl.cluster`); on GPUs the group
+carries verl's vLLM replicas (hybrid engine), put to sleep before each update. A batch is padded to a multiple of
+the group's size with copies of its last row at advantage 0 (verl's dispatch splits it evenly; the copies add
+nothing to the loss, and the advantage scale counts them).
 """
 
 from __future__ import annotations
@@ -31,6 +39,12 @@ REPLY = "@@repro-verl@@ "
 def reply(payload: dict[str, Any]) -> None:
     sys.stdout.write(REPLY + json.dumps(payload) + "\n")
     sys.stdout.flush()
+
+
+def padded(rows: list[PlainRow], world: int) -> list[PlainRow]:
+    """``rows`` plus copies of the last at advantage 0, to a multiple of ``world`` rows."""
+    fill = -len(rows) % world
+    return rows + [dataclasses.replace(rows[-1], advantage=0.0) for _ in range(fill)]
 
 
 def scaled(rows: list[PlainRow], normalizer: float) -> list[PlainRow]:
@@ -59,11 +73,15 @@ def run_update(worker: Any, command: dict[str, Any], pad_id: int) -> dict[str, A
                              "sampled_tokens": sum(sum(r.loss_mask) for r in used)}
     if not used or normalizer <= 0:
         return {**stats, "update_skipped": True, "optimizer_steps": 0, "seconds": time.perf_counter() - started}
-    verl = compute_log_probs(worker, used, pad_id, command.get("temperature", 1.0))
-    mismatch = _mismatch(used, verl)
-    old = verl if command.get("recompute") else [split_row(r)[3] for r in used]
+    replicas = getattr(worker, "replicas", None)
+    if replicas is not None:
+        replicas.sleep()  # vLLM's weights and KV cache leave the GPUs for the update; the sync wakes them
+    batch = padded(used, getattr(worker, "world_size", 1))
+    verl = compute_log_probs(worker, batch, pad_id, command.get("temperature", 1.0))
+    mismatch = _mismatch(used, verl[:len(used)])
+    old = verl if command.get("recompute") else [split_row(r)[3] for r in batch]
     for index in range(int(command.get("passes", 1))):
-        metrics = update(worker, scaled(used, normalizer), pad_id, old, command.get("temperature", 1.0))
+        metrics = update(worker, scaled(batch, normalizer), pad_id, old, command.get("temperature", 1.0))
         stats["updates"].append({"loss": metrics["actor/pg_loss"][0], "grad_norm": metrics["grad_norm"][0],
                                  "clip_fraction": metrics["actor/pg_clipfrac"][0],
                                  "log_ratio_abs_max": mismatch["max"] if index == 0 else 0.0, "entropy": 0.0})
@@ -72,17 +90,12 @@ def run_update(worker: Any, command: dict[str, Any], pad_id: int) -> dict[str, A
 
 
 def run_save(worker: Any, command: dict[str, Any]) -> dict[str, Any]:
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    from repro.verl.check import full_state
-
     target = Path(command["dir"]) / "model.safetensors"
-    with safe_open(str(target), "pt") as existing:
-        names = set(existing.keys())
-    state = full_state(worker)
-    save_file({k: v.clone().contiguous() for k, v in state.items() if k in names}, str(target))
-    return {"saved": str(target), "tensors": len(names & set(state))}
+    if hasattr(worker, "write_weights"):  # a Ray worker group: its workers gather and write
+        return {"saved": str(target), "tensors": worker.write_weights(target)}
+    from repro.verl.weights import write_weights
+
+    return {"saved": str(target), "tensors": write_weights(worker, target)}
 
 
 def run_score(worker: Any, command: dict[str, Any], pad_id: int) -> dict[str, Any]:
@@ -91,7 +104,22 @@ def run_score(worker: Any, command: dict[str, Any], pad_id: int) -> dict[str, An
     prompt, completion = list(command["prompt"]), list(command["completion"])
     row = PlainRow("probe", "probe", 0, prompt + completion, [0] * len(prompt) + [1] * len(completion),
                    [0.0] * (len(prompt) + len(completion)), 1.0, 0.0, 0.0)
-    return {"logprobs": compute_log_probs(worker, [row], pad_id)[0]}
+    return {"logprobs": compute_log_probs(worker, padded([row], getattr(worker, "world_size", 1)), pad_id)[0]}
+
+
+def run_servers(worker: Any) -> dict[str, Any]:
+    replicas = getattr(worker, "replicas", None)
+    if replicas is None:
+        raise ValueError("this actor has no rollout replicas (placement ray on GPUs has; on CPU the rollout is "
+                         "repro's CPU server)")
+    return {"urls": replicas.addresses(), "served_model_name": replicas.served_model_name}
+
+
+def run_sync(worker: Any, command: dict[str, Any]) -> dict[str, Any]:
+    started = time.perf_counter()
+    run_servers(worker)  # the same refusal without replicas
+    worker.replicas.sync(int(command["step"]))
+    return {"seconds": time.perf_counter() - started}
 
 
 def handle(worker: Any, op: str, command: dict[str, Any], pad_id: int) -> dict[str, Any]:
@@ -101,37 +129,54 @@ def handle(worker: Any, op: str, command: dict[str, Any], pad_id: int) -> dict[s
         return run_save(worker, command)
     if op == "score":
         return run_score(worker, command, pad_id)
+    if op == "servers":
+        return run_servers(worker)
+    if op == "sync":
+        return run_sync(worker, command)
     raise ValueError(f"unknown command {op!r}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def build(settings: dict[str, Any], model: Path) -> Any:
+    """verl's actor for ``settings``: one worker in this process, or a Ray worker group (``settings["placement"]``)."""
     from repro.verl.actor import actor_overrides, build_actor, verl_config
-    from repro.verl.check import ensure_platform
 
-    parser = argparse.ArgumentParser(prog="python -m repro.verl.worker", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--settings", required=True, help="JSON: lr, clip_low, clip_high, clip_ratio_c, betas, "
-                                                          "weight_decay, max_grad_norm, param_dtype, pad_id")
-    args = parser.parse_args(argv)
-    ensure_platform()
-    s = json.loads(args.settings)
+    s = settings
     extra = [f"actor_rollout_ref.actor.clip_ratio_low={s['clip_low']}",
              f"actor_rollout_ref.actor.clip_ratio_high={s['clip_high']}",
              f"actor_rollout_ref.actor.clip_ratio_c={s['clip_ratio_c'] or 1e9}",
              f"actor_rollout_ref.actor.optim.betas=[{s['betas'][0]},{s['betas'][1]}]",
              f"actor_rollout_ref.actor.optim.weight_decay={s['weight_decay']}",
              f"actor_rollout_ref.actor.optim.clip_grad={s['max_grad_norm']}",
-             "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"]
-    worker = build_actor(verl_config(actor_overrides(Path(args.model), 1, lr=s["lr"], param_dtype=s["param_dtype"],
-                                                     extra=extra)))
-    reply({"ready": True})
+             "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", *s.get("systems", [])]
+    config = verl_config(actor_overrides(model, 1, lr=s["lr"], param_dtype=s["param_dtype"], extra=extra))
+    placement = s.get("placement") or {}
+    if placement.get("kind", "process") == "process":
+        return build_actor(config)
+    from repro.verl.cluster import ActorGroup, Placement
+
+    return ActorGroup(config, Placement(**{k: v for k, v in placement.items() if k != "kind"}))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from repro.verl.check import ensure_platform
+
+    parser = argparse.ArgumentParser(prog="python -m repro.verl.worker", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--settings", required=True, help="JSON: lr, clip_low, clip_high, clip_ratio_c, betas, "
+                                                          "weight_decay, max_grad_norm, param_dtype, pad_id; "
+                                                          "systems (verl overrides), placement")
+    args = parser.parse_args(argv)
+    ensure_platform()
+    settings = json.loads(args.settings)
+    worker = build(settings, Path(args.model))
+    reply({"ready": True, "world_size": getattr(worker, "world_size", 1)})
     for line in sys.stdin:
         command = json.loads(line)
         op = command.get("op")
         if op == "quit":
             break
         try:
-            reply(handle(worker, op, command, s["pad_id"]))
+            reply(handle(worker, op, command, settings["pad_id"]))
         except Exception as exc:  # the loop gets the reason; the worker stays up for the next command
             reply({"error": f"{type(exc).__name__}: {exc}"})
 
