@@ -9,11 +9,19 @@ Two steps after the project's own train step:
   the served dtype's tolerance (the check's logprob tolerances), then one ``update_actor`` (FSDP2, over up to 2 GPUs
   with torchrun; on a machine without one, the CPU platform and gloo) must finish with a finite loss.
 
+* ``verl_loop`` (GPUs only, vLLM in verl's environment): the job's own path for ``trainer=verl`` on GPUs, 2 steps
+  on the small model: :class:`repro.verl.policy.VerlPolicy` places verl's actor and its colocated vLLM replica with
+  Ray, the recording proxy goes in front of the replica (:func:`repro.serving.stack.verl_stack`), chat calls are
+  recorded through it, the replica sleeps and the actor updates on the recorded rows, verl pushes the weights into
+  the replica (CUDA IPC), the weight probe checks the served logprobs against the actor's; seconds and GPU memory
+  (``nvidia-smi``) per phase.
+
 On a GPU verl runs its own ``nvidia`` platform, NCCL and bf16; on CPU this is the suite's check on real recorded rows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -93,10 +101,93 @@ def verl_actor(ctx: Context, python: Path) -> tuple[dict[str, Any], dict[str, An
     return details, details
 
 
+def gpu_memory_mib() -> list[int]:
+    """Memory used on each GPU (``nvidia-smi``), MiB; [] without one."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [int(x) for x in out.split() if x.strip().isdigit()]
+
+
+def _loop_calls(stack: Any, step: int, n: int, max_tokens: int) -> list[str]:
+    import httpx
+
+    from repro.bench.gpu_check import PROMPTS
+
+    ids = []
+    for i, prompt in enumerate(PROMPTS[:n]):
+        rollout_id = f"verl-loop-{step}-{i}"
+        httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout_id, "mode": "train", "metadata": {
+            "sampling": {"max_tokens": max_tokens, "seed": i}}}, timeout=30).raise_for_status()
+        httpx.post(f"{stack.proxy_url}/rollouts/{rollout_id}/v1/chat/completions", timeout=300, json={
+            "model": stack.served_model_name, "messages": [{"role": "user", "content": prompt}]}).raise_for_status()
+        ids.append(rollout_id)
+    return ids
+
+
+def verl_loop(ctx: Context, python: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two steps of the job's ``trainer=verl`` GPU path on the small model (see the module docstring)."""
+    import shutil
+
+    from repro.bench.logprob_check import rows_from_store
+    from repro.proxy import ProxyConfig
+    from repro.serving.stack import verl_stack
+    from repro.verl.config import VerlUpdateConfig
+    from repro.verl.policy import VerlPolicy
+
+    if ctx.device == "cpu":
+        raise SkipStep("no GPU: verl's vLLM replicas need one (the CPU path is the miniature's, trainer=verl_cpu)")
+    done = subprocess.run([str(python), "-c", "import vllm"], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise SkipStep(f"vLLM does not import in verl's environment {python.parent.parent} (verl[vllm] builds it "
+                       f"where pip can reach PyPI): {done.stderr.strip().splitlines()[-1:]}")
+    policy_dir, run_dir = ctx.work / "verl_policy", ctx.work / "verl_run"
+    shutil.rmtree(policy_dir, ignore_errors=True)
+    shutil.copytree(ctx.model_dir, policy_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = VerlUpdateConfig(device="cuda", bf16=True, n_gpus_per_node=1, placement="ray", param_offload=False,
+                           optimizer_offload=False, ulysses_sequence_parallel_size=1, max_row_tokens=4096,
+                           rollout_gpu_memory_utilization=0.4, learning_rate=ctx.cfg.lr, on_policy_log_ratio_max=0.0)
+    phases: list[dict[str, Any]] = []
+
+    def mark(name: str, started: float) -> None:
+        phases.append({"phase": name, "s": round(time.monotonic() - started, 2), "gpu_mib": gpu_memory_mib()})
+
+    started = time.monotonic()
+    policy = VerlPolicy(policy_dir, cfg)
+    try:
+        mark("start_actor_and_replica", started)
+        urls, name = policy.rollout_servers()
+        with verl_stack(policy_dir, urls, name, policy.sync_rollout, ProxyConfig(port=0), run_dir) as stack:
+            checks = []
+            for step in range(2):
+                started = time.monotonic()
+                ids = _loop_calls(stack, step, 4, ctx.cfg.max_tokens)
+                mark(f"step{step}_rollouts", started)
+                rows = [r for r in recorded_rows(rows_from_store(run_dir / "traces.sqlite")) if r.group_id in ids]
+                started = time.monotonic()
+                stats = policy.update(rows)
+                mark(f"step{step}_update", started)
+                started = time.monotonic()
+                stack.sync_weights(policy_dir, version=step + 1, scorer=policy.score)
+                mark(f"step{step}_sync_and_probe", started)
+                checks.append(dataclasses.asdict(stack.reload_checks[-1]) | {"rows": len(rows),
+                                                                             "loss": stats["updates"][0]["loss"]})
+    finally:
+        policy.close()
+    details = {"replicas": urls, "phases": phases, "reload_checks": checks,
+               "passed": all(c["passed"] for c in checks) and len(checks) == 2}
+    return details, details
+
+
 def verl_steps(ctx: Context, runner: Any) -> None:
-    """The two steps, when ``--trainer verl``."""
+    """The steps, when ``--trainer verl``."""
     python = runner.step("verl_env", verl_env, ctx, need_s=90.0)
     if python is None:
-        runner.skip("verl_actor", "verl's environment is not there (see the verl_env step)")
+        for name in ("verl_actor", "verl_loop"):
+            runner.skip(name, "verl's environment is not there (see the verl_env step)")
         return
     runner.step("verl_actor", verl_actor, ctx, python, need_s=60.0)
+    runner.step("verl_loop", verl_loop, ctx, python, need_s=150.0)

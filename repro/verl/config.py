@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from repro.train.config import UpdateConfig
 
-PLACEMENTS = ("process", "ray")
+PLACEMENTS = ("auto", "process", "ray")
 STRATEGIES = ("fsdp2",)  # FSDP1 (verl's "fsdp", the published run's) does not run on CPU: the suite checks fsdp2
 
 
@@ -37,7 +37,7 @@ class VerlUpdateConfig(UpdateConfig):
     free_cache_engine: bool = True  # vLLM sleeps during the update
     update_weights_bucket_megabytes: int = 4096
     memory_layout: str = ""
-    placement: str = "ray"  # ray: verl's workers placed by Ray (required on GPUs) | process: one, in the worker
+    placement: str = "auto"  # ray: verl's workers placed by Ray (GPUs need it) | process: one, in the worker | auto
     ray_address: str = ""  # a running Ray cluster ("auto": the one this node joined); "": a private one here
     tool_call_parser: str = "hermes"  # the replicas' vLLM tool-call parser (as serving=vllm's)
 
@@ -50,7 +50,7 @@ class VerlUpdateConfig(UpdateConfig):
                              "must be >= 1")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"trainer.placement={self.placement!r}: choose one of {', '.join(PLACEMENTS)}")
-        if self.device != "cpu" and self.placement != "ray":
+        if self.on_gpus and self.placement == "process":
             raise ValueError("trainer=verl on GPUs places its workers with Ray: trainer.placement=ray")
 
     @property
@@ -60,7 +60,7 @@ class VerlUpdateConfig(UpdateConfig):
 
     def placement_settings(self) -> dict[str, object]:
         """What :mod:`repro.verl.worker` builds the actor from (:class:`repro.verl.cluster.Placement`'s fields)."""
-        if self.placement == "process":
+        if self.placement == "process" or (self.placement == "auto" and not self.on_gpus):
             return {"kind": "process"}
         return {"kind": "ray", "nnodes": self.nnodes, "per_node": self.n_gpus_per_node, "address": self.ray_address,
                 "rollout": self.on_gpus, "cpu": not self.on_gpus}

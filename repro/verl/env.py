@@ -6,6 +6,9 @@ bare ``torch`` requirement would pull a CUDA build; on a GPU machine use verl's 
 then verl, then what verl imports without declaring it (``cachetools``, ``uvicorn``, ``fastapi``). The package runs
 there from its source root on ``PYTHONPATH`` (:func:`verl_command`), first on the path: verl's wheel installs
 top-level ``tests`` and ``scripts`` packages into site-packages, which would otherwise shadow a checkout's own.
+
+On a machine with an NVIDIA device the environment is ``verl-vllm``: ``verl[vllm]`` with the CUDA torch and the vLLM
+that verl's extra pins (its rollout replicas), never the CPU build's torch.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pathlib import Path
 VERL_VERSION = "0.9.1"
 NAME = "verl"
 PACKAGES = ["torch==2.13.0", f"verl=={VERL_VERSION}", "cachetools", "uvicorn", "fastapi"]
+GPU_NAME = "verl-vllm"
+GPU_PACKAGES = [f"verl[vllm]=={VERL_VERSION}", "cachetools", "uvicorn", "fastapi"]
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the `repro` package
 
 
@@ -24,24 +29,33 @@ class VerlEnvError(RuntimeError):
     """verl's environment could not be found or built."""
 
 
+def flavour() -> tuple[str, list[str]]:
+    """(name, packages) of this machine's verl environment: with vLLM on an NVIDIA machine, else the CPU build."""
+    from repro.serving.vllm_env import has_nvidia_device
+
+    return (GPU_NAME, GPU_PACKAGES) if has_nvidia_device() else (NAME, PACKAGES)
+
+
 def ensure_verl_env() -> Path:
     """The interpreter of the cached verl environment, building it first when missing (~1 min of pip here);
     raises :class:`VerlEnvError` with the environment's path and what to retry."""
     from repro.venvs import HarnessEnvError, ensure_harness_env, env_root
 
+    name, packages = flavour()
     try:
-        return Path(ensure_harness_env(NAME, VERL_VERSION, PACKAGES, timeout_s=3600.0).python)
+        return Path(ensure_harness_env(name, VERL_VERSION, packages, timeout_s=3600.0).python)
     except HarnessEnvError as exc:
-        raise VerlEnvError(f"could not build verl's environment {env_root(NAME, VERL_VERSION)} (pip install "
-                           f"{' '.join(PACKAGES)}): {exc}; retry with `python -m repro.verl.env`") from exc
+        raise VerlEnvError(f"could not build verl's environment {env_root(name, VERL_VERSION)} (pip install "
+                           f"{' '.join(packages)}): {exc}; retry with `python -m repro.verl.env`") from exc
 
 
 def cached_verl_python() -> Path | None:
     """The cached environment's interpreter when it is built (valid marker), else None; builds nothing."""
     from repro.venvs import build_hash, env_root, is_valid
 
-    root = env_root(NAME, VERL_VERSION)
-    return root / "bin" / "python" if is_valid(root, build_hash(PACKAGES, sys.executable)) else None
+    name, packages = flavour()
+    root = env_root(name, VERL_VERSION)
+    return root / "bin" / "python" if is_valid(root, build_hash(packages, sys.executable)) else None
 
 
 def verl_env_vars(base: dict[str, str] | None = None) -> dict[str, str]:

@@ -83,6 +83,7 @@ def run_update(worker: Any, command: dict[str, Any], pad_id: int) -> dict[str, A
     for index in range(int(command.get("passes", 1))):
         metrics = update(worker, scaled(batch, normalizer), pad_id, old, command.get("temperature", 1.0))
         stats["updates"].append({"loss": metrics["actor/pg_loss"][0], "grad_norm": metrics["grad_norm"][0],
+                                 # verl's own metric: the mean over rows of each row's clipped share (pads included)
                                  "clip_fraction": metrics["actor/pg_clipfrac"][0],
                                  "log_ratio_abs_max": mismatch["max"] if index == 0 else 0.0, "entropy": 0.0})
     return {**stats, "old_logprob_mismatch": mismatch, "optimizer_steps": len(stats["updates"]),

@@ -24,3 +24,4 @@ def test_the_gpu_checks_verl_steps_pass_on_cpu(tmp_path: Path, verl_python: Path
     assert steps["verl_env"] == steps["verl_actor"] == steps["rollouts"] == "passed"
     actor = report["steps"]["verl_actor"]
     assert actor["rows"] >= 4 and actor["max_abs_vs_served"] <= actor["tolerance"] and actor["processes"] == 2
+    assert steps["verl_loop"] == "skipped" and "no GPU" in report["steps"]["verl_loop"]["reason"]
