@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from repro.bench.gpu_check_runner import Context, SkipStep
+from repro.bench.gpu_check_runner import PROMPTS, Context, SkipStep
 
 PARAM_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 
@@ -113,8 +113,6 @@ def gpu_memory_mib() -> list[int]:
 
 def _loop_calls(stack: Any, step: int, n: int, max_tokens: int) -> list[str]:
     import httpx
-
-    from repro.bench.gpu_check import PROMPTS
 
     ids = []
     for i, prompt in enumerate(PROMPTS[:n]):

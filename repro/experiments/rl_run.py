@@ -85,11 +85,14 @@ def validator(evaluator: Evaluator, run_dir: Path, tasks: list[Task]) -> Callabl
     return validate
 
 
-def start_verl_on_gpus(update: Any, eval: EvalConfig, run_dir: Path) -> Any:
+def start_verl_on_gpus(update: Any, eval: EvalConfig, run_dir: Path, mode: str = "sync") -> Any:
     """``trainer=verl`` on GPUs: verl's actor workers and their colocated vLLM replicas, placed by Ray on the
     run's private copy of the checkpoint (None for every other trainer: their server starts with the stack)."""
     if not (isinstance(update, VerlUpdateConfig) and update.on_gpus):
         return None
+    if mode == "one_step_off":
+        raise SystemExit("error: trainer=verl on GPUs colocates vLLM with the actor, and vLLM sleeps through each "
+                         "update: rl.mode=one_step_off would sample from sleeping replicas; use rl.mode=sync")
     from repro.verl.policy import VerlPolicy  # starts verl's driver in verl's environment
 
     if not eval.checkpoint:
@@ -116,7 +119,7 @@ def rl_run_job(setup: Setup, data: RunData, eval: EvalConfig, validation: Valida
         raise SystemExit(f"error: experiment {eval.experiment} trains a released model: pass eval.checkpoint=DIR "
                          "(a transformers checkpoint directory, e.g. Qwen3.5-9B downloaded beforehand)")
     memory_gate(rl.update, setup.serving, eval.checkpoint)  # before anything loads: seconds, not hours
-    verl = start_verl_on_gpus(rl.update, eval, run_dir)  # its workers and replicas before anything is evaluated
+    verl = start_verl_on_gpus(rl.update, eval, run_dir, rl.mode)  # workers and replicas before any evaluation
     run_dir, started, acct = Path(run_dir), time.time(), Accountant()
     with acct.phase("setup"):
         train_name, train_list = load_task_set(data.train)

@@ -86,3 +86,18 @@ def test_the_job_refuses_before_it_loads_any_task(qwen35: Path, tmp_path: Path) 
     verl = repro_cli(*common, cwd=Path(__file__).parents[2], timeout=300)  # the recipe's default: trainer=verl
     assert verl.returncode != 0 and "peak 73.7 GiB (rollout) of 79.6 GiB: fits" in verl.stdout
     assert "missing.jsonl" not in verl.stderr
+
+
+def test_verl_on_gpus_refuses_what_its_colocated_replicas_cannot_do(tmp_path: Path) -> None:
+    """Before anything starts: no checkpoint to train, or one-step-off sampling from replicas that sleep through
+    the update; the CPU path (trainer=verl_cpu) starts nothing here (its server starts with the stack)."""
+    from repro.experiments.rl_run import start_verl_on_gpus
+    from repro.rl.evaluator import EvalConfig
+
+    gpus = VerlUpdateConfig(device="cuda")
+    with pytest.raises(SystemExit, match="one_step_off"):
+        start_verl_on_gpus(gpus, EvalConfig(checkpoint=str(tmp_path)), tmp_path, "one_step_off")
+    with pytest.raises(SystemExit, match=r"eval\.checkpoint"):
+        start_verl_on_gpus(gpus, EvalConfig(checkpoint=""), tmp_path)
+    assert start_verl_on_gpus(VerlUpdateConfig(device="cpu"), EvalConfig(checkpoint=""), tmp_path) is None
+    assert not (tmp_path / "policy").exists()  # nothing staged by a refusal
