@@ -104,10 +104,11 @@ def process_env(cfg: CommandConfig, values: dict[str, str], home: Path, rollout_
 
 
 def proxy_rollout_info(base_url: str) -> dict[str, Any]:
-    """What the proxy knows of the rollout (its call count, how its calls ended); empty when it cannot say."""
+    """How the rollout's calls ended, as the proxy knows it (its ``call_outcomes`` route, opened by the rollout's own
+    base URL); empty when it cannot say."""
     rollout_url = base_url.rstrip("/").removesuffix("/v1")
     try:
-        info = httpx.get(rollout_url, timeout=10).json()
+        info = httpx.get(f"{rollout_url}/call_outcomes", timeout=10).json()
     except (httpx.HTTPError, ValueError):
         return {}
     return info if isinstance(info, dict) else {}

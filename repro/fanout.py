@@ -190,11 +190,13 @@ class RayFanout:
     def identity(self) -> dict[str, Any]:
         return self._identity
 
-    def base_url(self, proxy_url: str, rollout_id: str) -> str:
-        """The proxy's per-rollout URL as the hosts reach it."""
+    def base_url(self, client: Any, rollout_id: str) -> str:
+        """The rollout's base URL (its capability: :class:`repro.proxy.client.ProxyClient`) as the hosts reach the
+        proxy."""
+        proxy_url = client.url
         if self.fanout.advertise_host:
             proxy_url = proxy_url.replace("127.0.0.1", self.fanout.advertise_host, 1)
-        return f"{proxy_url}/rollouts/{rollout_id}/v1"
+        return client.base_url(rollout_id, proxy_url)
 
     def run_samples(self, jobs: list[SampleJob], concurrency: int) -> list[SampleOutcome]:
         """``jobs`` dealt round-robin over the hosts (each runs its share at ``concurrency / hosts``); in order."""

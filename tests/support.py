@@ -27,6 +27,8 @@ from repro.execution.limits import ResourceLimits
 from repro.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyApp, ProxyConfig
+from repro.proxy.auth import new_control_token
+from repro.proxy.client import ProxyClient
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.sandbox.repos import git
 from repro.serving.stack import CpuServingConfig, running_stack
@@ -61,14 +63,22 @@ class RunningProxy:
     def store(self) -> SqliteTraceStore:
         return open_store(self.config.store_path)
 
+    @property
+    def client(self) -> ProxyClient:
+        """The control plane, as the job holds it (the control token)."""
+        return ProxyClient(self.url, self.config.control_token or "")
+
     def new_rollout(self, rollout_id: str, **fields: str) -> str:
-        resp = httpx.post(f"{self.url}/rollouts", json={"rollout_id": rollout_id, **fields})
+        """Register ``rollout_id``; its base URL (what a harness is given)."""
+        resp = httpx.post(f"{self.url}/rollouts", json={"rollout_id": rollout_id, **fields},
+                          headers=self.client.headers)
         assert resp.status_code == 201, resp.text
-        return f"{self.url}/rollouts/{rollout_id}/v1"
+        return self.url + resp.json()["base_url_path"]
 
 
 def start_proxy(tmp_path: Path, upstream_url: str, **overrides: Any) -> tuple[ServerThread, ProxyConfig]:
     """The proxy app in a thread of this process (enter the server to start it), its store under ``tmp_path``."""
+    overrides.setdefault("control_token", new_control_token())
     config = ProxyConfig(upstream_url=upstream_url, port=free_port(), store_path=str(tmp_path / "traces.sqlite"),
                          **overrides)
     return ServerThread(ProxyApp(config), config.port), config
@@ -218,13 +228,10 @@ def run_expert(root: Path, config: TaskDistributionConfig, harness_cfg: MiniSweA
         rollouts, workspaces = [], []
         for i, task in enumerate(tasks):
             rollout_id = f"{rollout_prefix}-{i}"
-            resp = httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout_id,
-                                                                   "task_id": task.instance_id, "mode": "eval"})
-            assert resp.status_code == 201, resp.text
+            base_url = stack.client.register(rollout_id=rollout_id, task_id=task.instance_id, mode="eval")
             workspace = sandbox.workspace(task, rollout_id)
             workspaces.append(workspace)
-            rollouts.append(HarnessRollout(rollout_id, task, workspace.path,
-                                           f"{stack.proxy_url}/rollouts/{rollout_id}/v1",
+            rollouts.append(HarnessRollout(rollout_id, task, workspace.path, base_url,
                                            stack.served_model_name, root / "harness" / rollout_id, 120.0,
                                            container=getattr(workspace, "container_spec", None)))
         results = harness.run(rollouts, concurrency=3)

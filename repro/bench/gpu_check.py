@@ -132,6 +132,7 @@ def serving_stack(ctx: Context, runner: Runner, kind: str, details: dict[str, An
     """The model server (vLLM or the CPU server) and the recording proxy; both stopped on exit."""
     from repro.net import free_port
     from repro.proxy import ProxyConfig
+    from repro.proxy.auth import new_control_token
     from repro.proxy.server import start_proxy_process
     from repro.serving.commands import start_cpu_server_process, stop_process
     from repro.serving.cpu_server_args import CpuServerArgs
@@ -147,7 +148,7 @@ def serving_stack(ctx: Context, runner: Runner, kind: str, details: dict[str, An
     procs = [server]
     try:
         proxy = ProxyConfig(port=free_port(), upstream_url=f"http://127.0.0.1:{port}", upstream_model=SERVED_NAME,
-                            store_path=str(ctx.work / "run" / "traces.sqlite"))
+                            store_path=str(ctx.work / "run" / "traces.sqlite"), control_token=new_control_token())
         (ctx.work / "run").mkdir(parents=True, exist_ok=True)
         procs.append(start_proxy_process(proxy, log_path=ctx.work / "proxy.log"))
         yield Stack(ctx.served_dir, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{proxy.port}", proxy, SERVED_NAME,
@@ -202,12 +203,11 @@ def proxy_calls(ctx: Context) -> tuple[list[Any], dict[str, Any]]:
 
     from repro.bench.logprob_check import rows_from_store
 
-    proxy = ctx.stack.proxy_url
     for i, prompt in enumerate(PROMPTS[: ctx.cfg.n_rollouts]):
         rollout_id = f"gpu-check-{i}"
-        httpx.post(f"{proxy}/rollouts", json={"rollout_id": rollout_id, "mode": "eval", "metadata": {
-            "sampling": {"temperature": 0.0, "max_tokens": ctx.cfg.max_tokens, "seed": 0}}}).raise_for_status()
-        httpx.post(f"{proxy}/rollouts/{rollout_id}/v1/chat/completions", timeout=120, json={
+        base_url = ctx.stack.client.register(rollout_id=rollout_id, mode="eval", metadata={
+            "sampling": {"temperature": 0.0, "max_tokens": ctx.cfg.max_tokens, "seed": 0}})
+        httpx.post(f"{base_url}/chat/completions", timeout=120, json={
             "model": SERVED_NAME, "messages": [{"role": "user", "content": prompt}]}).raise_for_status()
     rows = rows_from_store(ctx.work / "run" / "traces.sqlite")
     return rows, {"n_rows": len(rows), "passed": len(rows) == min(len(PROMPTS), ctx.cfg.n_rollouts)}

@@ -117,9 +117,9 @@ def _loop_calls(stack: Any, step: int, n: int, max_tokens: int) -> list[str]:
     ids = []
     for i, prompt in enumerate(PROMPTS[:n]):
         rollout_id = f"verl-loop-{step}-{i}"
-        httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout_id, "mode": "train", "metadata": {
-            "sampling": {"max_tokens": max_tokens, "seed": i}}}, timeout=30).raise_for_status()
-        httpx.post(f"{stack.proxy_url}/rollouts/{rollout_id}/v1/chat/completions", timeout=300, json={
+        base_url = stack.client.register(rollout_id=rollout_id, mode="train", metadata={
+            "sampling": {"max_tokens": max_tokens, "seed": i}})
+        httpx.post(f"{base_url}/chat/completions", timeout=300, json={
             "model": stack.served_model_name, "messages": [{"role": "user", "content": prompt}]}).raise_for_status()
         ids.append(rollout_id)
     return ids

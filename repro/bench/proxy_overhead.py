@@ -25,6 +25,8 @@ import psutil
 
 from repro.net import free_port, wait_for_http
 from repro.proxy import ProxyConfig
+from repro.proxy.auth import new_control_token
+from repro.proxy.client import ProxyClient
 from repro.proxy.server import start_proxy_process
 
 if TYPE_CHECKING:
@@ -55,15 +57,15 @@ def _cpu_seconds(proc: psutil.Process) -> float:
     return times.user + times.system
 
 
-def _register_rollouts(proxy_url: str, count: int, prefix: str) -> list[str]:
-    ids = [f"{prefix}-{i}" for i in range(count)]
-    with httpx.Client() as client:
-        for rollout_id in ids:
-            client.post(f"{proxy_url}/rollouts", json={"rollout_id": rollout_id, "task_id": "bench"}).raise_for_status()
-    return ids
+def _register_rollouts(proxy: ProxyClient, count: int, prefix: str) -> list[str]:
+    """``count`` rollouts registered; their base URLs without the trailing ``/v1``."""
+    with httpx.Client() as http:
+        return [proxy.register(http, rollout_id=f"{prefix}-{i}", task_id="bench").removesuffix("/v1")
+                for i in range(count)]
 
 
-async def _measure(cfg: ProxyBenchConfig, upstream: str, proxy: str, proxy_proc: psutil.Process) -> list[dict]:
+async def _measure(cfg: ProxyBenchConfig, upstream: str, proxy: ProxyClient, proxy_proc: psutil.Process
+                   ) -> list[dict]:
     from repro.bench.loadgen import new_session  # aiohttp: the `bench` extra
 
     rows: list[dict[str, Any]] = []
@@ -78,7 +80,8 @@ async def _measure(cfg: ProxyBenchConfig, upstream: str, proxy: str, proxy_proc:
     return rows
 
 
-async def _measure_cell(cfg: ProxyBenchConfig, session: Any, upstream: str, proxy: str, proxy_proc: psutil.Process,
+async def _measure_cell(cfg: ProxyBenchConfig, session: Any, upstream: str, proxy: ProxyClient,
+                        proxy_proc: psutil.Process,
                         api: str, stream: bool, conc: int) -> list[dict]:
     """Direct and proxied phases of one (API, streaming, concurrency) cell, interleaved, ``repeats`` times."""
     from repro.bench.loadgen import API_PATHS, run_phase
@@ -88,8 +91,8 @@ async def _measure_cell(cfg: ProxyBenchConfig, session: Any, upstream: str, prox
     direct_urls = [f"{upstream}/v1/chat/completions"] * conc
     await run_phase(session, direct_urls[:1], 8, stream, cfg.system_chars)  # warm connections
     for rep in range(cfg.repeats):
-        ids = _register_rollouts(proxy, conc, f"{api}s{int(stream)}c{conc}r{rep}")
-        proxy_urls = [f"{proxy}/rollouts/{i}{API_PATHS[api]}" for i in ids]
+        roots = _register_rollouts(proxy, conc, f"{api}s{int(stream)}c{conc}r{rep}")
+        proxy_urls = [f"{root}{API_PATHS[api]}" for root in roots]
         order = ("direct", "proxy") if rep % 2 == 0 else ("proxy", "direct")
         for target in order:
             cpu0 = _cpu_seconds(proxy_proc)
@@ -147,11 +150,12 @@ def run_proxy_benchmark(cfg: ProxyBenchConfig, run_dir: Path) -> dict[str, Any]:
     try:
         wait_for_http(f"http://127.0.0.1:{up_port}/health", 30, upstream)
         pcfg = ProxyConfig(upstream_url=f"http://127.0.0.1:{up_port}", port=proxy_port,
-                           store_path=str(run_dir / "traces.sqlite"), synchronous=cfg.synchronous)
+                           store_path=str(run_dir / "traces.sqlite"), synchronous=cfg.synchronous,
+                           control_token=new_control_token())
         proxy = start_proxy_process(pcfg, log_path=run_dir / "proxy.log")
         started = time.time()
-        rows = asyncio.run(_measure(cfg, f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{proxy_port}",
-                                    psutil.Process(proxy.pid)))
+        client = ProxyClient(f"http://127.0.0.1:{proxy_port}", pcfg.control_token or "")
+        rows = asyncio.run(_measure(cfg, f"http://127.0.0.1:{up_port}", client, psutil.Process(proxy.pid)))
     finally:
         for proc in (proxy, upstream):
             if proc is not None:

@@ -12,7 +12,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import httpx
 import yaml
 
 from harness_adapters.mini_swe_agent import ensure_mini_swe_agent_env, run_mini_swe_agent
@@ -57,15 +56,13 @@ def smoke_job(setup: Setup, task: DemoTask, run_dir: Path) -> dict:
     (workdir / task.filename).write_text(task.source)
     with setup.server(model_dir, run_dir) as stack:
         rollout_id = "smoke-0"
-        httpx.post(f"{stack.proxy_url}/rollouts", json={
-            "rollout_id": rollout_id, "run_id": run_dir.name, "task_id": task.task_id, "harness": "mini-swe-agent",
-            "harness_version": harness.version, "mode": "eval"}).raise_for_status()
-        result = run_mini_swe_agent(task.statement, workdir, f"{stack.proxy_url}/rollouts/{rollout_id}/v1",
-                                    stack.served_model_name, harness, run_dir / "harness", task.timeout_s, env=env)
+        base_url = stack.client.register(rollout_id=rollout_id, run_id=run_dir.name, task_id=task.task_id,
+                                         harness="mini-swe-agent", harness_version=harness.version, mode="eval")
+        result = run_mini_swe_agent(task.statement, workdir, base_url, stack.served_model_name, harness,
+                                    run_dir / "harness", task.timeout_s, env=env)
         status = "finished" if result.status == "finished" else "failed"
         reason = None if status == "finished" else f"harness {result.status}: {result.reason}"
-        httpx.post(f"{stack.proxy_url}/rollouts/{rollout_id}/finish",
-                   json={"status": status, "failure_reason": reason}).raise_for_status()
+        stack.client.finish(rollout_id, status=status, failure_reason=reason)
     metrics = _metrics(run_dir, rollout_id, result, model_dir, cached, time.time() - started)
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     store = open_store(run_dir / "traces.sqlite")

@@ -1,18 +1,21 @@
 """The recording proxy: an ASGI app that forwards OpenAI-compatible calls and stores each one under its rollout.
 
-Routes::
+Routes (``C``: the control plane, needs the control token; ``{cap}``: the rollout's capability, :mod:`.auth`)::
 
-    POST /rollouts                                   register a rollout (JSON: task_id, mode, ...)
-    GET  /rollouts/{id}                              the rollout, its call count, prefix drift and how its calls ended
-    POST /rollouts/{id}/finish                       set status / reward / failure_reason
-    POST /rollouts/{id}/v1/chat/completions          forwarded + recorded (streaming or not)
-    POST /rollouts/{id}/v1/completions               forwarded + recorded
-    POST /rollouts/{id}/v1/messages                  Anthropic Messages, translated to chat (repro.proxy.dialects)
-    POST /rollouts/{id}/v1/messages/count_tokens     the translated prompt's length (upstream /tokenize); not recorded
-    POST /rollouts/{id}/v1/responses                 OpenAI Responses, translated to chat
-    POST /rollouts/{id}/purpose/{purpose}/v1/...     the same, the call recorded with that purpose (auxiliary,
+  C POST /rollouts                                   register a rollout (JSON: task_id, mode, ...); 201 with its
+                                                     ``base_url_path`` (/rollouts/{id}/{cap}/v1)
+  C GET  /rollouts/{id}                              the rollout, its call count, prefix drift and how its calls ended
+  C POST /rollouts/{id}/finish                       set status / reward / failure_reason
+  C POST /policy_version                             the weights' version recorded with every later call
+    POST /rollouts/{id}/{cap}/v1/chat/completions    forwarded + recorded (streaming or not)
+    POST /rollouts/{id}/{cap}/v1/completions         forwarded + recorded
+    POST /rollouts/{id}/{cap}/v1/messages            Anthropic Messages, translated to chat (repro.proxy.dialects)
+    POST /rollouts/{id}/{cap}/v1/messages/count_tokens  the translated prompt's length (upstream /tokenize)
+    POST /rollouts/{id}/{cap}/v1/responses           OpenAI Responses, translated to chat
+    POST /rollouts/{id}/{cap}/purpose/{purpose}/v1/...  the same, the call recorded with that purpose (auxiliary,
                                                      summary: a harness's side calls; see routes.purpose_base_url)
-    GET  /rollouts/{id}/v1/models, GET /v1/models    forwarded
+    GET  /rollouts/{id}/{cap}/v1/models, GET /v1/models  forwarded
+    GET  /rollouts/{id}/{cap}/call_outcomes          how the rollout's own calls ended (what a harness adapter reads)
     GET  /health                                     200 {"status": "ok", "pid"}; 503 {"status": "unhealthy", "reason"}
                                                      once the trace writer has stopped
 """
@@ -27,6 +30,7 @@ from typing import Any
 
 from repro.asgi import Receive, Send, declared_length, read_body, send_bytes, send_json
 from repro.proxy.anthropic_stream import MessagesDialect
+from repro.proxy.auth import capability, new_control_token, require_capability, require_control
 from repro.proxy.config import ProxyConfig
 from repro.proxy.dialects import Dialect
 from repro.proxy.errors import ProxyError, bad_request
@@ -56,6 +60,7 @@ class ProxyApp:
         self.registry: RolloutRegistry | None = None
         self.forwarder: Forwarder | None = None
         self.policy_version: int | None = None  # set by the trainer after each weight sync (POST /policy_version)
+        self.control_token = config.resolved_control_token() or new_control_token()
 
     async def startup(self) -> None:
         store_config = TraceStoreConfig(path=self.config.store_path, synchronous=self.config.synchronous)
@@ -103,32 +108,50 @@ class ProxyApp:
         if path.startswith("/rollouts/"):
             rollout_id, _, rest = path[len("/rollouts/") :].partition("/")
             check_rollout_id(rollout_id)
-            purpose, rest = _purpose_of(rest)
-            endpoint = _ENDPOINTS.get(rest)
-            if endpoint is not None and method == "POST":
-                return await self._completion(rollout_id, endpoint, scope, receive, send, purpose)
-            if rest in _DIALECTS and method == "POST":
-                return await self._translated(rollout_id, _DIALECTS[rest], scope, receive, send, purpose)
-            if rest == _COUNT_TOKENS and method == "POST":
-                return await self._count_tokens(rollout_id, scope, receive, send)
-            if rest == "v1/models" and method == "GET":
-                return await self.forwarder.models(send)
-            if rest == "" and method == "GET":
-                return await send_json(send, 200, self._rollout_info(rollout_id))
-            if rest == "finish" and method == "POST":
-                return await self._finish(rollout_id, scope, receive, send)
+            if rest in ("", "finish"):
+                require_control(dict(scope["headers"]), self.control_token)
+                if rest == "" and method == "GET":
+                    return await send_json(send, 200, self._rollout_info(rollout_id))
+                if rest == "finish" and method == "POST":
+                    return await self._finish(rollout_id, scope, receive, send)
+            else:
+                return await self._model_route(rollout_id, rest, method, scope, receive, send)
         elif path == "/rollouts" and method == "POST":
+            require_control(dict(scope["headers"]), self.control_token)
             fields = parse_json_object(await self._body(scope, receive))
             record = self.registry.create(fields)
-            return await send_json(send, 201, dataclasses.asdict(record))
+            path = f"/rollouts/{record.rollout_id}/{capability(self.control_token, record.rollout_id)}/v1"
+            return await send_json(send, 201, {**dataclasses.asdict(record), "base_url_path": path})
         elif path == "/v1/models" and method == "GET":
             return await self.forwarder.models(send)
         elif path == "/health" and method == "GET":
             return await self._health(send)
         elif path == "/policy_version" and method == "POST":
+            require_control(dict(scope["headers"]), self.control_token)
             return await self._set_policy_version(scope, receive, send)
-        raise ProxyError(404, f"no route {method} {path}; model calls go to /rollouts/{{rollout_id}}/v1/...",
-                         kind="not_found_error")
+        raise ProxyError(404, f"no route {method} {path}; model calls go to the base URL a rollout's registration "
+                              "returned (/rollouts/{rollout_id}/{capability}/v1/...)", kind="not_found_error")
+
+    async def _model_route(self, rollout_id: str, rest: str, method: str, scope: dict[str, Any], receive: Receive,
+                           send: Send) -> None:
+        """``{cap}/v1/...`` of a rollout: the capability checked before anything is read or written."""
+        given, _, rest = rest.partition("/")
+        require_capability(self.control_token, rollout_id, given)
+        purpose, rest = _purpose_of(rest)
+        endpoint = _ENDPOINTS.get(rest)
+        if endpoint is not None and method == "POST":
+            return await self._completion(rollout_id, endpoint, scope, receive, send, purpose)
+        if rest in _DIALECTS and method == "POST":
+            return await self._translated(rollout_id, _DIALECTS[rest], scope, receive, send, purpose)
+        if rest == _COUNT_TOKENS and method == "POST":
+            return await self._count_tokens(rollout_id, scope, receive, send)
+        if rest == "v1/models" and method == "GET":
+            return await self.forwarder.models(send)
+        if rest == "call_outcomes" and method == "GET":  # how this rollout's own calls ended (the harness's reading)
+            self.registry.lookup(rollout_id)
+            return await send_json(send, 200, {"calls": self.store.drift_summary(rollout_id).calls,
+                                               "call_outcomes": self.store.call_outcomes(rollout_id)})
+        raise ProxyError(404, f"no route {method} .../{rest} for a rollout", kind="not_found_error")
 
     async def _body(self, scope: dict[str, Any], receive: Receive) -> bytes:
         limit = self.config.max_body_bytes

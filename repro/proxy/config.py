@@ -22,6 +22,9 @@ class ProxyConfig:
     ``upstream_replicas``: further URLs serving the same weights (verl's vLLM replicas, one a GPU or TP group): a
     rollout's calls all go to one of ``[upstream_url, *upstream_replicas]``, the one :func:`replica_index` picks from
     its id, so its growing prompt meets its own prefix cache.
+    ``control_token`` (else ``REPRO_PROXY_CONTROL_TOKEN``; else one made when the app starts) opens the control
+    routes and derives each rollout's capability (:mod:`repro.proxy.auth`); like the upstream key it is never
+    stored, logged, shown in ``repr`` or passed on a command line.
     ``vocab_size``, when set, bounds the token ids the upstream may return (else the int32 range).
     ``write_timeout_s`` bounds the wait for the trace writer; ``shutdown_timeout_s`` how long a stopping proxy
     lets calls in flight finish before it cancels them.
@@ -43,6 +46,7 @@ class ProxyConfig:
     write_timeout_s: float = 30.0
     shutdown_timeout_s: float = 3.0
     upstream_replicas: list[str] = field(default_factory=list)
+    control_token: str | None = field(default=None, repr=False)
 
     @property
     def upstream_urls(self) -> list[str]:
@@ -53,9 +57,15 @@ class ProxyConfig:
         """The key sent upstream: the config's, else the environment's (None: send no Authorization header)."""
         return self.upstream_api_key or os.environ.get(UPSTREAM_API_KEY_ENV) or None
 
+    def resolved_control_token(self) -> str | None:
+        """The control token: the config's, else the environment's (None: the app makes one)."""
+        from repro.proxy.auth import CONTROL_TOKEN_ENV
+
+        return self.control_token or os.environ.get(CONTROL_TOKEN_ENV) or None
+
     def public_dict(self) -> dict[str, Any]:
-        """The config without the upstream key (what may be written to a command line or a file)."""
-        return {**self.__dict__, "upstream_api_key": None}
+        """The config without its secrets (what may be written to a command line or a file)."""
+        return {**self.__dict__, "upstream_api_key": None, "control_token": None}
 
 
 def replica_index(rollout_id: str, n_replicas: int) -> int:

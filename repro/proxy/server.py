@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 
 from repro.net import wait_for_http
+from repro.proxy.auth import CONTROL_TOKEN_ENV
 from repro.proxy.config import UPSTREAM_API_KEY_ENV, ProxyConfig
 
 
@@ -40,6 +41,9 @@ def start_proxy_process(config: ProxyConfig, log_path: Path | None = None, timeo
     key = config.resolved_upstream_api_key()
     if key:
         env[UPSTREAM_API_KEY_ENV] = key
+    token = config.resolved_control_token()
+    if token:
+        env[CONTROL_TOKEN_ENV] = token
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
@@ -76,8 +80,14 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     if args.config_json:
-        return ProxyConfig(**orjson.loads(args.config_json))
-    return ProxyConfig(upstream_url=args.upstream_url, host=args.host, port=args.port, store_path=args.store_path,
-                       upstream_model=args.upstream_model, read_timeout_s=args.read_timeout_s,
-                       vocab_size=args.vocab_size, upstream_api_key=args.upstream_api_key,
-                       upstream_replicas=list(args.upstream_replicas))
+        config = ProxyConfig(**orjson.loads(args.config_json))
+    else:
+        config = ProxyConfig(upstream_url=args.upstream_url, host=args.host, port=args.port,
+                             store_path=args.store_path, upstream_model=args.upstream_model,
+                             read_timeout_s=args.read_timeout_s, vocab_size=args.vocab_size,
+                             upstream_api_key=args.upstream_api_key, upstream_replicas=list(args.upstream_replicas))
+    if config.resolved_control_token() is None:
+        raise SystemExit(f"error: set {CONTROL_TOKEN_ENV} to a secret of your own before starting the proxy (e.g. "
+                         f"export {CONTROL_TOKEN_ENV}=$(python -c 'import secrets; print(secrets.token_urlsafe(32))'));"
+                         " registering, finishing and versioning rollouts need it, and an agent must never see it")
+    return config

@@ -223,7 +223,7 @@ class RolloutRunner:
         return rollout
 
     def _rollout(self, task: Task, rollout_id: str, workspace: Any) -> HarnessRollout:
-        base_url = f"{self.stack.proxy_url}/rollouts/{rollout_id}/v1"
+        base_url = self.stack.client.base_url(rollout_id)
         return HarnessRollout(rollout_id, task, workspace.path, base_url, self.stack.served_model_name,
                               self.run_dir / "harness" / rollout_id, self._timeout_s(),
                               container=getattr(workspace, "container_spec", None), env=command_env(workspace))
@@ -261,13 +261,12 @@ class RolloutRunner:
 
     def _register(self, instance_id: str, sample: int) -> str:
         rollout_id = next_rollout_id(self.store, self.run_dir.name, instance_id, sample)
-        self.http.post(f"{self.stack.proxy_url}/rollouts", json={
-            "rollout_id": rollout_id, "run_id": self.run_dir.name, "task_id": instance_id, "group_id": instance_id,
-            "loop_kind": getattr(self.harness, "loop_kind", "proxy"),
-            "harness": self.opts.harness_name, "harness_version": self.opts.harness_version, "mode": self.opts.mode,
-            "metadata": {"sample": sample, "sampling": self._sampling(instance_id, sample),
-                         "fingerprint": self.opts.fingerprint},
-        }).raise_for_status()
+        self.stack.client.register(
+            self.http, rollout_id=rollout_id, run_id=self.run_dir.name, task_id=instance_id, group_id=instance_id,
+            loop_kind=getattr(self.harness, "loop_kind", "proxy"), harness=self.opts.harness_name,
+            harness_version=self.opts.harness_version, mode=self.opts.mode,
+            metadata={"sample": sample, "sampling": self._sampling(instance_id, sample),
+                      "fingerprint": self.opts.fingerprint})
         return rollout_id
 
     def _run_batch(self, batch: list[tuple[str, int]]) -> list[InstanceReport]:
@@ -290,7 +289,7 @@ class RolloutRunner:
         for instance_id, sample in batch:
             rollout_id = self._register(instance_id, sample)
             jobs.append(SampleJob(self.tasks[instance_id], sample, rollout_id,
-                                  self.harness.base_url(self.stack.proxy_url, rollout_id), self.stack.served_model_name,
+                                  self.harness.base_url(self.stack.client, rollout_id), self.stack.served_model_name,
                                   self.run_dir / "harness" / rollout_id, self._timeout_s(), self.opts.grade))
         outcomes = self.harness.run_samples(jobs, self.opts.concurrency)
 

@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from repro.files import checkpoint_config
 from repro.net import free_port
 from repro.proxy import ProxyConfig
+from repro.proxy.auth import new_control_token
+from repro.proxy.client import ProxyClient
 from repro.proxy.server import start_proxy_process
 from repro.serving.commands import start_cpu_server_process, stop_process
 from repro.serving.cpu_server_args import CpuServerArgs
@@ -169,9 +169,14 @@ class Stack:
             self._probe_ids = probe_prompt_ids(self.served_dir or self.model_dir)
         return self._probe_ids
 
+    @property
+    def client(self) -> ProxyClient:
+        """The proxy's control plane (the job's side: it holds the control token)."""
+        return ProxyClient(self.proxy_url, self.proxy.control_token or "")
+
     def set_policy_version(self, version: int) -> None:
         """Tell the proxy which weights the server holds now (recorded with each call from here on)."""
-        httpx.post(f"{self.proxy_url}/policy_version", json={"version": version}, timeout=30).raise_for_status()
+        self.client.set_policy_version(version)
 
 
 def _positive_int(value: Any) -> int | None:
@@ -227,10 +232,12 @@ def running_stack(model_dir: Path, serving: CpuServingConfig, proxy: ProxyConfig
 
 def _proxy_config(proxy: ProxyConfig, upstream_url: str, run_dir: Path, model_name: str,
                   vocab_size: int | None) -> ProxyConfig:
-    """The proxy of a job's stack: a free port unless set, the run's trace store, the upstream and its model."""
+    """The proxy of a job's stack: a free port unless set, the run's trace store, the upstream and its model, a
+    control token of its own (unless the config or the environment names one)."""
     return ProxyConfig(**{**asdict(proxy), "port": proxy.port or free_port(), "upstream_url": upstream_url,
                           "store_path": str(run_dir / "traces.sqlite"), "upstream_model": model_name,
-                          "vocab_size": proxy.vocab_size or vocab_size})
+                          "vocab_size": proxy.vocab_size or vocab_size,
+                          "control_token": proxy.resolved_control_token() or new_control_token()})
 
 
 @contextlib.contextmanager

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 from transformers import AutoTokenizer
@@ -44,9 +43,7 @@ def tokenizer(stack: Stack):
 
 
 def _rollout(stack: Stack, rollout_id: str) -> str:
-    resp = httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout_id, "harness": "sdk"})
-    assert resp.status_code == 201, resp.text
-    return f"{stack.proxy_url}/rollouts/{rollout_id}"
+    return stack.client.register(rollout_id=rollout_id, harness="sdk").removesuffix("/v1")
 
 
 def _claude(stack: Stack, rollout_id: str) -> anthropic.Anthropic:
@@ -132,7 +129,8 @@ def test_anthropic_errors_are_typed_and_write_nothing(stack: Stack) -> None:
         client.messages.create(model="m", max_tokens=16, messages=[])
     assert bad.value.body["error"]["type"] == "invalid_request_error"
     assert "'messages' must be a non-empty list" in bad.value.body["error"]["message"]
-    missing = anthropic.Anthropic(base_url=f"{stack.proxy_url}/rollouts/never-made", api_key="k", max_retries=0)
+    never_made = stack.client.base_url("never-made").removesuffix("/v1")  # the right capability, nothing registered
+    missing = anthropic.Anthropic(base_url=never_made, api_key="k", max_retries=0)
     with pytest.raises(anthropic.NotFoundError):
         missing.messages.create(model="m", max_tokens=16, messages=_first_turn("text"))
     assert open_store(stack.proxy.store_path).calls("claude-bad") == []

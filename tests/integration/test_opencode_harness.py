@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from harness_adapters.opencode import OpenCodeConfig, OpenCodeHarness
@@ -87,11 +86,10 @@ def evaluation(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def _run_step_limited(stack: Any, sandbox: LocalSandbox, task: Task, root: Path) -> Any:
     """A model that always calls bash, under ``step_limit: 2`` and a context limit that compaction soon reaches."""
-    httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": "loop", "task_id": task.instance_id,
-                                                    "mode": "eval"}).raise_for_status()
+    base_url = stack.client.register(rollout_id="loop", task_id=task.instance_id, mode="eval")
     task = replace(task, problem_statement=task.problem_statement.replace("SCENARIO edit.", "SCENARIO loop."))
     rollout = HarnessRollout("loop", task, sandbox.workspace(task, "loop").path,
-                             f"{stack.proxy_url}/rollouts/loop/v1", stack.served_model_name, root / "loop", 120)
+                             base_url, stack.served_model_name, root / "loop", 120)
     limits = replace(HARNESS, step_limit=2, context_limit=LOOP_CONTEXT)
     with OpenCodeHarness(limits, state_dir=root / "loop-state") as harness:
         return harness.run([rollout], 1)[0]

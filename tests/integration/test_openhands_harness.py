@@ -18,7 +18,6 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
@@ -131,10 +130,9 @@ def scripted(oh_env, tmp_path_factory: pytest.TempPathFactory) -> dict:
                        server_overrides={"scenarios": root / "scenarios.json"}) as stack:
         rollouts = []
         for name in names:
-            httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": name, "task_id": name, "mode": "train"}
-                       ).raise_for_status()
+            base_url = stack.client.register(rollout_id=name, task_id=name, mode="train")
             task = Task(instance_id=name, repo="o/r", base_commit="0" * 40, problem_statement=f"SCENARIO {name}. Fix.")
-            url = dead if name == "down" else f"{stack.proxy_url}/rollouts/{name}/v1"
+            url = dead if name == "down" else base_url
             timeout = SLEEPY_TIMEOUT_S if name == "sleepy" else 180.0
             rollouts.append(HarnessRollout(name, task, work[name], url, stack.served_model_name,
                                            root / name / "out", timeout))

@@ -13,6 +13,8 @@ import pytest
 
 from repro.net import free_port
 from repro.proxy import ProxyConfig
+from repro.proxy.auth import new_control_token
+from repro.proxy.client import ProxyClient
 from repro.proxy.server import start_proxy_process
 from repro.store import open_store
 from repro.testing import UPSTREAM_FAULTS
@@ -33,15 +35,15 @@ def _succeeds(url: str, model: str, content: str, stream: bool, timeout: float =
 
 def test_proxy_process_survives_every_fault_and_stops_on_sigterm(tmp_path: Path, fake_upstream) -> None:
     config = ProxyConfig(upstream_url=fake_upstream[1], port=free_port(), store_path=str(tmp_path / "t.sqlite"),
-                         read_timeout_s=300.0, shutdown_timeout_s=2.0)
+                         read_timeout_s=300.0, shutdown_timeout_s=2.0, control_token=new_control_token())
     proc = start_proxy_process(config, log_path=tmp_path / "proxy.log")
     base = f"http://127.0.0.1:{config.port}"
+    client = ProxyClient(base, config.control_token)
     acknowledged: list[str] = []
     try:
         for fault in UPSTREAM_FAULTS:
             rollout = fault.replace("-", "_")
-            httpx.post(f"{base}/rollouts", json={"rollout_id": rollout}, timeout=10).raise_for_status()
-            url = f"{base}/rollouts/{rollout}/v1"
+            url = client.register(rollout_id=rollout)
             for stream in ([True] if fault in _STREAM_ONLY else [False, True]):
                 assert not _succeeds(url, fault, f"{rollout}:bad", stream), fault
             for i in range(10):
@@ -50,12 +52,12 @@ def test_proxy_process_survives_every_fault_and_stops_on_sigterm(tmp_path: Path,
                 acknowledged.append(marker)
         assert httpx.get(f"{base}/health", timeout=10).json()["status"] == "ok"
 
-        httpx.post(f"{base}/rollouts", json={"rollout_id": "stuck"}, timeout=10).raise_for_status()
+        stuck_url = client.register(rollout_id="stuck")
         stuck_results: list[str] = []
 
         def stuck_call(stream: bool) -> None:
             try:
-                _succeeds(f"{base}/rollouts/stuck/v1", "silent", "never answered", stream, timeout=60)
+                _succeeds(stuck_url, "silent", "never answered", stream, timeout=60)
                 stuck_results.append("answered")
             except httpx.HTTPError as exc:
                 stuck_results.append(type(exc).__name__)

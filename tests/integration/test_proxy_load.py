@@ -13,6 +13,8 @@ import orjson
 
 from repro.net import free_port
 from repro.proxy import ProxyConfig
+from repro.proxy.auth import new_control_token
+from repro.proxy.client import ProxyClient
 from repro.proxy.server import start_proxy_process
 from repro.store import open_store
 from repro.testing import fake_completion_text
@@ -39,20 +41,19 @@ async def _call(client: httpx.AsyncClient, url: str, marker: str, stream: bool) 
     raise AssertionError("stream ended without [DONE]")
 
 
-async def _rollout(client: httpx.AsyncClient, base: str, rollout_id: str, stream: bool) -> list[str]:
-    url = f"{base}/rollouts/{rollout_id}/v1/chat/completions"
+async def _rollout(client: httpx.AsyncClient, base_url: str, rollout_id: str, stream: bool) -> list[str]:
+    url = f"{base_url}/chat/completions"
     return [await _call(client, url, f"{rollout_id}:{i}", stream) for i in range(CALLS)]
 
 
 def test_concurrent_rollouts_are_attributed_exactly(proxy: RunningProxy) -> None:
     ids = [f"c{i}" for i in range(ROLLOUTS)]
-    for rollout_id in ids:
-        proxy.new_rollout(rollout_id)
+    bases = [proxy.new_rollout(rollout_id) for rollout_id in ids]
 
     async def main() -> list[list[str]]:
         limits = httpx.Limits(max_connections=ROLLOUTS * 2)
         async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-            return await asyncio.gather(*(_rollout(client, proxy.url, r, i % 2 == 0) for i, r in enumerate(ids)))
+            return await asyncio.gather(*(_rollout(client, bases[i], r, i % 2 == 0) for i, r in enumerate(ids)))
 
     answers = asyncio.run(main())
     store = proxy.store()
@@ -68,7 +69,7 @@ def test_concurrent_rollouts_are_attributed_exactly(proxy: RunningProxy) -> None
             assert bytes(call.completion_ids).decode() == expected == answers[i][seq]
 
 
-async def _hammer(base: str, completed: list[str], stop_at: float) -> None:
+async def _hammer(bases: list[str], completed: list[str], stop_at: float) -> None:
     limits = httpx.Limits(max_connections=64)
     async with httpx.AsyncClient(timeout=10, limits=limits) as client:
         async def worker(w: int) -> None:
@@ -76,7 +77,7 @@ async def _hammer(base: str, completed: list[str], stop_at: float) -> None:
             while time.monotonic() < stop_at:
                 marker = f"w{w}-{i}"
                 try:
-                    await _call(client, f"{base}/rollouts/k{w}/v1/chat/completions", marker, stream=w % 2 == 1)
+                    await _call(client, f"{bases[w]}/chat/completions", marker, stream=w % 2 == 1)
                 except (httpx.HTTPError, AssertionError):
                     return  # the proxy died under us
                 completed.append(marker)
@@ -85,15 +86,15 @@ async def _hammer(base: str, completed: list[str], stop_at: float) -> None:
 
 
 def test_sigkill_under_load_loses_no_acknowledged_call(tmp_path: Path, fake_upstream) -> None:
-    config = ProxyConfig(upstream_url=fake_upstream[1], port=free_port(), store_path=str(tmp_path / "t.sqlite"))
+    config = ProxyConfig(upstream_url=fake_upstream[1], port=free_port(), store_path=str(tmp_path / "t.sqlite"),
+                         control_token=new_control_token())
     proc = start_proxy_process(config, log_path=tmp_path / "proxy.log")
-    base = f"http://127.0.0.1:{config.port}"
-    for w in range(32):
-        httpx.post(f"{base}/rollouts", json={"rollout_id": f"k{w}"}).raise_for_status()
+    client = ProxyClient(f"http://127.0.0.1:{config.port}", config.control_token)
+    bases = [client.register(rollout_id=f"k{w}") for w in range(32)]
     completed: list[str] = []
 
     async def main() -> None:
-        load = asyncio.ensure_future(_hammer(base, completed, time.monotonic() + 30))
+        load = asyncio.ensure_future(_hammer(bases, completed, time.monotonic() + 30))
         await asyncio.sleep(2.0)
         os.kill(proc.pid, signal.SIGKILL)
         await load

@@ -13,7 +13,6 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import pytest
 from transformers import AutoTokenizer
 
@@ -47,11 +46,10 @@ TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=1, families=["proce
 
 
 def _rollout(stack, sandbox, task, rollout_id: str, root: Path, loop_kind: str) -> HarnessRollout:
-    resp = httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout_id, "task_id": task.instance_id,
-                                                           "mode": "eval", "loop_kind": loop_kind})
-    assert resp.status_code == 201, resp.text
+    base_url = stack.client.register(rollout_id=rollout_id, task_id=task.instance_id, mode="eval",
+                                     loop_kind=loop_kind)
     workspace = sandbox.workspace(task, rollout_id)
-    return HarnessRollout(rollout_id, task, workspace.path, f"{stack.proxy_url}/rollouts/{rollout_id}/v1",
+    return HarnessRollout(rollout_id, task, workspace.path, base_url,
                           stack.served_model_name, root / "harness" / rollout_id, 60.0)
 
 

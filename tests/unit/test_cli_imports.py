@@ -45,8 +45,8 @@ report()
 """
 
 
-def imported_by(args: list[str], probe: str = PROBE) -> set[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def imported_by(args: list[str], probe: str = PROBE, **extra_env: str) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **extra_env}
     out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, timeout=120,
                          cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -69,7 +69,7 @@ def test_a_running_proxy_imports_no_heavy_module(tmp_path: Path) -> None:
     from repro.net import free_port
 
     modules = imported_by(["proxy", "--port", str(free_port()), "--store", str(tmp_path / "traces.sqlite"),
-                           "--upstream-url", "http://127.0.0.1:9"])
+                           "--upstream-url", "http://127.0.0.1:9"], REPRO_PROXY_CONTROL_TOKEN="t" * 43)
     assert "uvicorn" in modules and "repro.proxy.app" in modules  # it was serving
     assert heavy(modules) == []
 

@@ -20,7 +20,8 @@ def test_calls_record_the_version_set_before_they_start(proxy: RunningProxy) -> 
     stack = Stack(model_dir=None, server_url="", proxy_url=proxy.url, proxy=proxy.config, served_model_name="m")
     stack.set_policy_version(0)
     _call(base)
-    assert httpx.post(f"{proxy.url}/policy_version", json={"version": 3}).json() == {"policy_version": 3}
+    assert httpx.post(f"{proxy.url}/policy_version", json={"version": 3}, headers=proxy.client.headers).json() == \
+        {"policy_version": 3}
     _call(base)
     other = proxy.new_rollout("r2")
     _call(other)
@@ -32,9 +33,9 @@ def test_calls_record_the_version_set_before_they_start(proxy: RunningProxy) -> 
 
 def test_a_bad_version_is_a_400_and_changes_nothing(proxy: RunningProxy) -> None:
     base = proxy.new_rollout("r3")
-    httpx.post(f"{proxy.url}/policy_version", json={"version": 2}).raise_for_status()
+    proxy.client.set_policy_version(2)
     for bad in ({"version": -1}, {"version": "2"}, {"version": True}, {}):
-        resp = httpx.post(f"{proxy.url}/policy_version", json=bad)
+        resp = httpx.post(f"{proxy.url}/policy_version", json=bad, headers=proxy.client.headers)
         assert resp.status_code == 400 and "non-negative integer" in resp.text
     _call(base)
     assert [c.policy_version for c in proxy.store().calls("r3")] == [2]

@@ -97,7 +97,7 @@ def test_malformed_request_is_400_and_writes_nothing(proxy: RunningProxy, body: 
 
 
 def test_unknown_rollout_is_404_and_bad_rollout_id_is_400(proxy: RunningProxy) -> None:
-    resp = _chat(f"{proxy.url}/rollouts/never-made/v1")
+    resp = _chat(proxy.client.base_url("never-made"))  # the right capability, but nothing registered
     assert resp.status_code == 404 and "unknown rollout" in resp.json()["error"]["message"]
     for bad in ("a.b", "x" * 129, "sp%20ace"):
         resp = _chat(f"{proxy.url}/rollouts/{bad}/v1")
@@ -199,12 +199,15 @@ def test_secrets_are_never_stored(proxy: RunningProxy) -> None:
 def test_rollout_finish_and_info(proxy: RunningProxy) -> None:
     base = proxy.new_rollout("fin", task_id="t9")
     assert _chat(base).status_code == 200
-    resp = httpx.post(f"{proxy.url}/rollouts/fin/finish", json={"status": "finished", "reward": 1.0})
+    control = proxy.client.headers
+    resp = httpx.post(f"{proxy.url}/rollouts/fin/finish", json={"status": "finished", "reward": 1.0},
+                      headers=control)
     assert resp.status_code == 200 and resp.json()["calls"] == 1
     rollout = proxy.store().get_rollout("fin")
     assert rollout.status == "finished" and rollout.reward == 1.0 and rollout.task_id == "t9"
-    assert httpx.post(f"{proxy.url}/rollouts/fin/finish", json={"status": "weird"}).status_code == 400
-    assert httpx.post(f"{proxy.url}/rollouts", json={"rollout_id": "fin"}).status_code == 409
+    assert httpx.post(f"{proxy.url}/rollouts/fin/finish", json={"status": "weird"}, headers=control).status_code \
+        == 400
+    assert httpx.post(f"{proxy.url}/rollouts", json={"rollout_id": "fin"}, headers=control).status_code == 409
 
 
 def test_upstream_silent_mid_stream_ends_the_stream_with_an_error(tmp_path, fake_upstream) -> None:
@@ -223,9 +226,9 @@ def test_upstream_silent_mid_stream_ends_the_stream_with_an_error(tmp_path, fake
 
 
 def test_models_and_health_routes(proxy: RunningProxy) -> None:
-    proxy.new_rollout("m1")
+    base = proxy.new_rollout("m1")
     assert httpx.get(f"{proxy.url}/health").json()["status"] == "ok"
-    for url in (f"{proxy.url}/v1/models", f"{proxy.url}/rollouts/m1/v1/models"):
+    for url in (f"{proxy.url}/v1/models", f"{base}/models"):
         resp = httpx.get(url)
         assert resp.status_code == 200 and resp.json()["data"][0]["id"] == "fake"
     resp = httpx.post(f"{proxy.url}/v1/chat/completions", json={})
@@ -238,14 +241,14 @@ def test_rollout_sampling_metadata_overrides_the_mode(tmp_path, fake_upstream) -
     server, config = start_proxy(tmp_path, upstream_url, sampling_overrides={"eval": {"temperature": 0.0, "seed": 1}})
     with server:
         running = RunningProxy(server.url, config)
-        resp = httpx.post(f"{running.url}/rollouts", json={"rollout_id": "s3", "metadata": {"sampling": {"seed": 3}}})
-        assert resp.status_code == 201
-        assert _chat(f"{running.url}/rollouts/s3/v1", temperature=0.7, seed=99).status_code == 200
+        base = running.client.register(rollout_id="s3", metadata={"sampling": {"seed": 3}})
+        assert _chat(base, temperature=0.7, seed=99).status_code == 200
         # the rollout's seed, not the mode's nor the harness's, derived per call (repro.seeding.call_seed)
         assert app.last_request["seed"] == call_seed(3, 0) and app.last_request["temperature"] == 0.0
         (call,) = running.store().calls("s3")
         assert call.sampling_overrides == {"temperature": 0.0, "seed": call_seed(3, 0)}
-        bad = httpx.post(f"{running.url}/rollouts", json={"rollout_id": "s4", "metadata": {"sampling": 5}})
+        bad = httpx.post(f"{running.url}/rollouts", json={"rollout_id": "s4", "metadata": {"sampling": 5}},
+                         headers=running.client.headers)
         assert bad.status_code == 400 and running.store().get_rollout("s4") is None
 
 
@@ -254,7 +257,7 @@ def test_purpose_route_records_side_calls_and_refuses_unknown_purposes(proxy: Ru
 
     base = proxy.new_rollout("rp")
     aux = purpose_base_url(base, "auxiliary")
-    assert aux.endswith("/rollouts/rp/purpose/auxiliary/v1")
+    assert aux == base.removesuffix("/v1") + "/purpose/auxiliary/v1"
     assert _chat(base).status_code == 200
     assert _chat(aux, stream=True).status_code == 200
     assert _chat(purpose_base_url(base, "summary")).status_code == 200

@@ -16,6 +16,7 @@ import pytest
 from harness_adapters.processes import run_in_threads, stream_in_threads
 from repro.console.progress import ProgressHandle
 from repro.protocols import HarnessResult, HarnessRollout
+from repro.proxy.client import ProxyClient
 from repro.rl.rollouts import RolloutOptions, RolloutRunner
 from repro.testing import FakeSandbox, FakeStreamingHarness
 
@@ -68,7 +69,8 @@ def streaming_runner(tmp_path: Path, ids: list[str], k: int, concurrency: int,
     runner = RolloutRunner.__new__(RolloutRunner)
     runner.run_dir, runner.opts = tmp_path, RolloutOptions(k=k, concurrency=concurrency, grading_threads=2)
     runner.tasks = {i: SimpleNamespace(instance_id=i) for i in ids}
-    runner.stack = SimpleNamespace(proxy_url="http://proxy", served_model_name="tiny")
+    runner.stack = SimpleNamespace(proxy_url="http://proxy", served_model_name="tiny",
+                                   client=ProxyClient("http://proxy", "token"))
     runner.harness, runner.sandbox = harness, FakeSandbox()
     runner.pool = ThreadPoolExecutor(2)
     runner._register = lambda instance_id, sample: f"{instance_id}-{sample}"  # type: ignore[method-assign]

@@ -35,9 +35,9 @@ def test_verl_stack_pins_rollouts_and_syncs_through_verl(tmp_path: Path, tiny_mo
             verl_stack(tiny_model_dir, [a.url, b.url], "served", push, ProxyConfig(port=0), tmp_path) as stack:
         assert stack.server_kind == "verl" and stack.proxy.upstream_replicas == [b.url]
         for rollout in ("r-a", "r-b", "r-c", "r-d"):
-            httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout}, timeout=10).raise_for_status()
+            base = stack.client.register(rollout_id=rollout)
             before = [app.requests for app in apps]
-            assert _chat(f"{stack.proxy_url}/rollouts/{rollout}/v1") == 200
+            assert _chat(base) == 200
             assert [app.requests - was for app, was in zip(apps, before, strict=True)] == \
                 [int(i == replica_index(rollout, 2)) for i in range(2)]
         answered = [app.requests for app in apps]
@@ -45,7 +45,7 @@ def test_verl_stack_pins_rollouts_and_syncs_through_verl(tmp_path: Path, tiny_mo
         assert seconds == 0.25 and pushed == [answered]  # no probe before the push: the replicas were asleep
         assert sum(app.requests for app in apps) == sum(answered) + 1  # the probe, after
         assert stack.reload_checks[-1].passed and stack.reload_checks[-1].moved is None
-        assert _chat(f"{stack.proxy_url}/rollouts/r-a/v1") == 200
+        assert _chat(stack.client.base_url("r-a")) == 200
         assert [c.policy_version for c in open_store(tmp_path / "traces.sqlite").calls("r-a")] == [None, 3]
         with pytest.raises(StaleWeightsError):  # the control: served logprobs that are not the actor's stop the run
             stack.sync_weights(tiny_model_dir, version=4, scorer=lambda prompt, ids: [-2.0] * len(ids))

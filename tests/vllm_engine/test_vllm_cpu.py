@@ -66,9 +66,9 @@ def test_calls_through_the_proxy_record_vllms_token_ids_and_logprobs_the_trainer
     """The step-0 guard's premise on vLLM: the recorded logprobs are the trainer's own (float32 both sides)."""
     for i in range(3):
         rollout = f"vllm-parity-{i}"
-        httpx.post(f"{stack.proxy_url}/rollouts", json={"rollout_id": rollout, "mode": "train", "metadata": {
-            "sampling": {"temperature": 1.0, "max_tokens": 24, "seed": i}}}, timeout=30).raise_for_status()
-        httpx.post(f"{stack.proxy_url}/rollouts/{rollout}/v1/chat/completions", timeout=120, json={
+        base_url = stack.client.register(rollout_id=rollout, mode="train", metadata={
+            "sampling": {"temperature": 1.0, "max_tokens": 24, "seed": i}})
+        httpx.post(f"{base_url}/chat/completions", timeout=120, json={
             "model": "tiny", "messages": [{"role": "user", "content": f"fix bug number {i} in calc.py"}]},
         ).raise_for_status()
     rows = rows_from_store(Path(stack.proxy.store_path))
