@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from harness_adapters.isolation import ISOLATION_MODES, resolve_isolation, rollout_jail
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import DUMMY_API_KEY, isolated_env, last_line, run_in_session, tail
 from repro.protocols import HarnessResult, HarnessRollout
@@ -58,6 +59,8 @@ class CommandConfig:
     model_name: str | None = None  # None: the served model's name
     step_limit: int = 0  # recorded in the frozen spec; the agent enforces its own limits
     wall_time_limit_s: float = 0
+    isolation: str = "auto"  # auto | jail | none: each rollout in a jail (harness_adapters.isolation)
+    read_only: list[str] = field(default_factory=list)  # more paths the jailed agent may read
 
     def __post_init__(self) -> None:
         if isinstance(self.command, str):
@@ -70,6 +73,8 @@ class CommandConfig:
             raise ValueError(f"harness.api must be one of {', '.join(APIS)}, got {self.api!r}")
         for template in [*self.command, *self.env.values()]:
             check_template(str(template))
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(f"harness.isolation must be one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
 
 
 def check_template(template: str) -> None:
@@ -138,7 +143,8 @@ class CommandHarness(PerRolloutHarness):
         """The label, version, API, command and env templates (and their hash): what defines the agent here."""
         env = without_secrets(dict(sorted(self.cfg.env.items())), REDACTED)  # the spec is published: no keys
         settings = {"command": self.cfg.command, "api": self.cfg.api, "env": env,
-                    "model_name": self.cfg.model_name or "{served_model_name}", "step_limit": self.cfg.step_limit}
+                    "model_name": self.cfg.model_name or "{served_model_name}", "step_limit": self.cfg.step_limit,
+                    "isolation": resolve_isolation(self.cfg.isolation)}
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         return {"name": NAME, "label": self.cfg.label, "version": self.version, "settings": settings,
                 "files_sha256": {"settings": digest}, "packages": {}}
@@ -153,18 +159,19 @@ class CommandHarness(PerRolloutHarness):
                                 self.launch_dir)
         cmd = [part.format(**values) for part in self.cfg.command]
         env = process_env(self.cfg, values, home, rollout.env)
-        result = run_command(rollout, cmd, env, out, self.cfg.label)
+        with rollout_jail(self.cfg.isolation, rollout, out, env, cmd, self.cfg.read_only) as jail:
+            result = run_command(rollout, cmd, env, out, self.cfg.label, jail=jail)
         self.write_record(out / RESULT_NAME, result, cmd)
         return result
 
 
 def run_command(rollout: HarnessRollout, cmd: list[str], env: dict[str, str], out: Path, label: str,
-                describe: Callable[[Path], str | None] | None = None) -> HarnessResult:
+                describe: Callable[[Path], str | None] | None = None, jail: Any = None) -> HarnessResult:
     """Run one agent process in the rollout's working copy and classify how it ended: exit 0 ``finished``; past its
     time ``timeout``; another exit ``crashed``, unless the agent gave up after a reply cut at the token limit
     (:func:`gave_up_after_truncation`: ``finished``). ``describe(out)``: the agent's own account of a failure."""
     try:
-        outcome = run_in_session(cmd, Path(rollout.workdir).resolve(), env, out, rollout.timeout_s)
+        outcome = run_in_session(cmd, Path(rollout.workdir).resolve(), env, out, rollout.timeout_s, jail=jail)
     except OSError as exc:
         return HarnessResult(rollout.rollout_id, "crashed", reason=f"could not start {label}: {exc}")
     info = proxy_rollout_info(rollout.base_url)

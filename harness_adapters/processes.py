@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -37,10 +38,13 @@ class ProcessOutcome:
 
 
 def run_in_session(cmd: list[str], cwd: Path, env: dict[str, str], output_dir: Path, timeout_s: float, *,
-                   stdin: Path | None = None) -> ProcessOutcome:
+                   stdin: Path | None = None, jail: Any = None) -> ProcessOutcome:
     """Run ``cmd`` in its own session, output to ``output_dir/{stdout,stderr}.log``, stdin from ``stdin``
-    (default /dev/null); on timeout kill its group and every descendant's group."""
+    (default /dev/null); on timeout kill its group and every descendant's group. In ``jail``
+    (:class:`repro.execution.jail.Jail`) ``cmd`` runs inside it, with ``env`` and ``cwd`` there."""
     started = time.monotonic()
+    if jail is not None:
+        cmd, env = jail.command(cmd, cwd, env), {"PATH": os.environ.get("PATH", os.defpath)}
     with open(output_dir / "stdout.log", "wb") as out, open(output_dir / "stderr.log", "wb") as err, \
             (open(stdin, "rb") if stdin else contextlib.nullcontext(subprocess.DEVNULL)) as inp:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=inp, stdout=out, stderr=err, start_new_session=True)

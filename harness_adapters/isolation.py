@@ -1,0 +1,72 @@
+"""Whether a host harness runs its rollouts jailed (:mod:`repro.execution.jail`), and each rollout's jail: the working
+copy and output folder read-write; read-only the harness's own environment (the interpreters and folders on the
+agent's ``PATH``, the agent's program files named in its command, ``read_only``); the network reaches only the proxy.
+
+``isolation``: ``auto`` (a jail where this machine allows one, else none, said in one line), ``jail`` (refuse to
+run without), ``none``. The resolved mode is part of the harness's identity, so a jailed and an unjailed evaluation
+never share a frozen spec."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from repro.execution.jail import Jail, interpreter_paths, jail_available
+from repro.execution.jail_init import SYSTEM_DIRS
+from repro.protocols import HarnessRollout
+
+ISOLATION_MODES = ("auto", "jail", "none")
+_said: set[str] = set()
+
+
+def resolve_isolation(mode: str) -> str:
+    """``jail`` or ``none`` for ``mode``; ``jail`` on a machine that cannot build one is a clear error."""
+    if mode not in ISOLATION_MODES:
+        raise ValueError(f"harness.isolation must be one of {', '.join(ISOLATION_MODES)}, got {mode!r}")
+    if mode == "none":
+        return "none"
+    why = jail_available()
+    if why is None:
+        return "jail"
+    if mode == "jail":
+        raise RuntimeError(f"harness.isolation=jail: {why}; allow unprivileged user namespaces "
+                           "(sysctl kernel.unprivileged_userns_clone=1) or set harness.isolation=none")
+    if why not in _said:
+        _said.add(why)
+        print(f"isolation: none ({why}): the agent's commands can read this machine's files", flush=True)
+    return "none"
+
+
+def environment_paths(env: dict[str, str], cmd: Sequence[str]) -> list[str]:
+    """What the agent's own programs need to run, read-only: each ``PATH`` folder outside the system's (a virtual
+    environment's whole folder and its base interpreter), and the files its command names."""
+    paths: list[str] = []
+    for entry in env.get("PATH", "").split(os.pathsep):
+        folder = Path(entry)
+        if not entry or not folder.is_dir() or any(entry == d or entry.startswith(d + "/") for d in SYSTEM_DIRS):
+            continue
+        if (folder.parent / "pyvenv.cfg").exists() and (folder / "python").exists():
+            paths += interpreter_paths(str(folder / "python"))
+        else:
+            paths.append(str(folder))
+    paths += [arg for arg in cmd if arg.startswith("/") and Path(arg).is_file()]
+    return paths
+
+
+@contextlib.contextmanager
+def rollout_jail(mode: str, rollout: HarnessRollout, out: Path, env: dict[str, str], cmd: Sequence[str],
+                 read_only: Sequence[str] = ()) -> Iterator[Jail | None]:
+    """The rollout's jail (None when ``mode`` resolves to ``none``), its relay reaching the proxy of the rollout's
+    base URL."""
+    if resolve_isolation(mode) == "none":
+        yield None
+        return
+    parts = urlsplit(rollout.base_url)
+    jail = Jail(read_write=[str(Path(rollout.workdir).resolve()), str(Path(out).resolve())],
+                read_only=[*environment_paths(env, cmd), *read_only],
+                proxy_url=f"{parts.scheme}://{parts.hostname}:{parts.port or 80}")
+    with jail:
+        yield jail

@@ -1,0 +1,115 @@
+"""A rollout's jail on the host: its harness process and every command the agent runs see the rollout's working copy
+and output folder, the harness's own environment read-only, the system's directories read-only, a private ``/tmp``
+and ``/proc``, and nothing else of the file system (no other workspace, task file, cache, run folder or home); its
+network is a loopback of its own where only the proxy's port answers, relayed to the proxy (:class:`ProxyRelay`).
+
+Built with the kernel's namespaces through ``unshare`` (util-linux: user, mount, PID, network, IPC, UTS) and
+:mod:`repro.execution.jail_init` inside; no daemon, no root needed where unprivileged user namespaces are allowed.
+:func:`jail_available` says whether this machine allows it (else the run records ``isolation: none``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from repro.execution.jail_init import serve_relay
+
+INIT = Path(__file__).with_name("jail_init.py")
+NAMESPACES = ["--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
+
+
+@functools.cache
+def jail_available() -> str | None:
+    """None when a jail can be built here, else why not (one line)."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return "no `unshare` (util-linux) on PATH"
+    try:
+        done = subprocess.run([unshare, *NAMESPACES, "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare failed: {exc}"
+    if done.returncode != 0:
+        return f"user namespaces are not allowed here ({done.stderr.strip()[:200]})"
+    return None
+
+
+def interpreter_paths(python: str = sys.executable) -> list[str]:
+    """What a Python interpreter needs to run: its environment's folder and its base installation."""
+    exe = Path(python)
+    prefix = exe.parent.parent
+    paths = {str(prefix)}
+    try:
+        out = subprocess.run([python, "-I", "-c", "import sys; print(sys.base_prefix); print(sys.prefix)"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        paths.update(out)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    paths.add(str(exe.resolve().parent.parent))
+    return sorted(paths)
+
+
+class ProxyRelay:
+    """A Unix socket that forwards each connection to the proxy's TCP address and nowhere else: the jail's only
+    way out."""
+
+    def __init__(self, proxy_url: str, folder: Path) -> None:
+        parts = urlsplit(proxy_url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.path = str(folder / "proxy.sock")
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(64)
+        threading.Thread(target=serve_relay, args=(self.server, self._connect), daemon=True, name="jail-relay").start()
+
+    def _connect(self) -> socket.socket:
+        upstream = socket.create_connection((self.host, self.port), timeout=10)
+        upstream.settimeout(None)
+        return upstream
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@dataclass
+class Jail:
+    """One rollout's jail: ``read_write`` (its working copy, output folder), ``read_only`` (the harness's
+    environment), ``proxy_url`` (the only address its network reaches; None: no network at all)."""
+
+    read_write: list[str]
+    read_only: list[str] = field(default_factory=list)
+    proxy_url: str | None = None
+
+    def __enter__(self) -> Jail:
+        self.folder = Path(tempfile.mkdtemp(prefix="repro-jail-"))
+        (self.folder / "root").mkdir()
+        self.relay = ProxyRelay(self.proxy_url, self.folder) if self.proxy_url else None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.relay is not None:
+            self.relay.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def command(self, cmd: list[str], cwd: Path, env: dict[str, str]) -> list[str]:
+        """``cmd`` as it runs in the jail (``cwd`` and ``env`` inside it)."""
+        spec = {"root": str(self.folder / "root"), "read_only": [*interpreter_paths(), *self.read_only],
+                "read_write": [str(Path(p).resolve()) for p in self.read_write], "cwd": str(Path(cwd).resolve()),
+                "env": env}
+        if self.relay is not None:
+            spec |= {"relay_socket": self.relay.path, "relay_port": self.relay.port}
+            spec["read_write"].append(self.relay.path)
+        spec_file = self.folder / f"spec-{os.urandom(6).hex()}.json"
+        spec_file.write_text(json.dumps(spec))
+        return [shutil.which("unshare") or "unshare", *NAMESPACES, sys.executable, "-I", str(INIT), str(spec_file),
+                "--", *cmd]

@@ -1,0 +1,189 @@
+"""``python -I jail_init.py SPEC_FILE -- CMD...``: the first process inside a rollout's jail (run by
+:mod:`repro.execution.jail` under ``unshare``: new user, mount, PID, network, IPC and UTS namespaces).
+
+It builds a new root from nothing (a tmpfs): the system's read-only directories, the paths the spec names read-only
+(the harness's own environment) and read-write (the rollout's working copy and output folder), a fresh ``/proc``
+(this PID namespace's processes only), a minimal ``/dev``, a private ``/tmp``; pivots into it and detaches the old
+root, so nothing else of the host's file system exists for what runs next. The network namespace has only loopback;
+when the spec names a relay socket, this process listens on the proxy's port on that loopback and pipes each
+connection to the socket (bound in from the host, where :class:`repro.execution.jail.ProxyRelay` forwards it to the
+proxy and nowhere else). Then it forks the command and waits for it; its exit code is the command's.
+
+Standard library only (it runs before the command, under the job's interpreter).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    _check(_libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
+                       data.encode() if data else None), f"mount {source} -> {target}")
+
+
+def bind(source: str, root: Path, read_only: bool) -> None:
+    """``source`` at the same path under ``root`` (a file or a folder; a missing source is skipped; a top-level
+    symlink such as ``/bin -> usr/bin`` is recreated as a link)."""
+    src = Path(source)
+    if src.is_symlink() and src.parent == Path("/"):
+        link = root / src.relative_to("/")
+        if not os.path.lexists(link):
+            link.symlink_to(os.readlink(src))
+        return
+    src = src.resolve()
+    if not src.exists():
+        return
+    target = root / src.relative_to("/")
+    if read_only and os.path.lexists(target):  # already visible through a folder bound above it
+        return
+    if src.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+    mount(str(src), str(target), None, MS_BIND | MS_REC)
+    if read_only:
+        mount("none", str(target), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_REC)
+
+
+def build_root(spec: dict) -> Path:
+    """The new root (a tmpfs at ``spec["root"]``) with what the spec allows; returns it."""
+    mount("none", "/", None, MS_REC | MS_PRIVATE)
+    root = Path(spec["root"])
+    mount("tmpfs", str(root), "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
+    for path in SYSTEM_DIRS:
+        bind(path, root, read_only=True)
+    for name in ("tmp", "run"):  # before the binds: a working copy under /tmp stays visible
+        (root / name).mkdir(exist_ok=True)
+        mount("tmpfs", str(root / name), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for path in spec.get("read_only", []):
+        bind(path, root, read_only=True)
+    for path in spec.get("read_write", []):
+        bind(path, root, read_only=False)
+    (root / "proc").mkdir(exist_ok=True)
+    mount("proc", str(root / "proc"), "proc", MS_NOSUID | MS_NODEV)
+    (root / "dev").mkdir(exist_ok=True)
+    mount("tmpfs", str(root / "dev"), "tmpfs", MS_NOSUID, "mode=755")
+    for name in DEVICES:
+        if Path(f"/dev/{name}").exists():
+            bind(f"/dev/{name}", root, read_only=False)
+    return root
+
+
+def pivot(root: Path) -> None:
+    """Make ``root`` the file system's root and detach the host's."""
+    old = root / ".old-root"
+    old.mkdir()
+    _check(_libc.syscall(155, str(root).encode(), str(old).encode()), "pivot_root")  # SYS_pivot_root (x86_64)
+    os.chdir("/")
+    _check(_libc.umount2(b"/.old-root", MNT_DETACH), "umount the old root")
+    os.rmdir("/.old-root")
+
+
+def loopback_up() -> None:
+    """``ip link set lo up`` (SIOCGIFFLAGS / SIOCSIFFLAGS on a datagram socket)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14s", b"lo", 0, b"\0" * 14)
+        flags = struct.unpack("16sH14s", fcntl.ioctl(sock, 0x8913, request))[1]
+        fcntl.ioctl(sock, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b"\0" * 14))
+
+
+def pipe(a: socket.socket, b: socket.socket) -> None:
+    """Copy ``a`` to ``b`` until ``a`` ends; then shut both down (one direction of a relayed connection)."""
+    try:
+        while data := a.recv(65536):
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for end in (a, b):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+
+def relay(port: int, socket_path: str) -> None:
+    """Listen on 127.0.0.1:``port`` (this namespace's loopback); pipe each connection to ``socket_path``."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen(64)
+
+    def connect() -> socket.socket:
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(socket_path)
+        except OSError:
+            upstream.close()
+            raise
+        return upstream
+
+    threading.Thread(target=serve_relay, args=(server, connect), daemon=True).start()
+
+
+def serve_relay(server: socket.socket, connect: Callable[[], socket.socket]) -> None:
+    """Accept on ``server`` until it closes; pipe each connection both ways to a new ``connect()`` (a connection
+    that cannot be made is dropped)."""
+    while True:
+        try:
+            client, _ = server.accept()
+        except OSError:
+            return
+        try:
+            upstream = connect()
+        except OSError:
+            client.close()
+            continue
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    split = argv.index("--")
+    spec_file, cmd = Path(argv[0]), argv[split + 1:]
+    spec = json.loads(spec_file.read_text())
+    spec_file.unlink()
+    root = build_root(spec)
+    pivot(root)
+    loopback_up()
+    if spec.get("relay_socket"):
+        relay(int(spec["relay_port"]), spec["relay_socket"])
+    env = spec["env"]
+    child = os.fork()
+    if child == 0:
+        try:
+            os.chdir(spec["cwd"])
+            os.execvpe(cmd[0], cmd, env)
+        except OSError as exc:
+            sys.stderr.write(f"could not start {cmd[0]} in the jail: {exc}\n")
+            os._exit(127)
+    while True:  # PID 1 of the namespace: reap every orphan, return the command's status
+        pid, status = os.wait()
+        if pid == child:
+            return os.waitstatus_to_exitcode(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
