@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harness_adapters.command import run_command
+from harness_adapters.isolation import ISOLATION_MODES, resolve_isolation, rollout_jail
 from harness_adapters.node_cli_env import CLAUDE_CODE, CODEX, QWEN_CODE, NodeCliEnv, NodeCliSpec, ensure_node_cli_env
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import DUMMY_API_KEY, isolated_env
@@ -40,6 +41,11 @@ class CliAgentConfig:
     idle_timeout_s: float = 600.0  # a model stream silent this long ends the run
     extra_args: list[str] = field(default_factory=list)  # appended to the CLI's arguments
     extra_env: dict[str, str] = field(default_factory=dict)
+    isolation: str = "auto"  # auto | jail | none: each rollout's CLI in a jail (harness_adapters.isolation)
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(f"harness.isolation must be one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
 
 
 @dataclass
@@ -83,7 +89,8 @@ class CliAgentHarness(PerRolloutHarness):
     def identity(self) -> dict[str, Any]:
         """Name, version, the API, packages and settings (what shapes the prompt and the run), and their hash."""
         settings = without_secrets({"api": self.api, **asdict(self.cfg), "quiet_env": dict(self.spec.quiet_env),
-                                    "quiet_args": list(self.spec.quiet_args)}, REDACTED)  # published: no keys
+                                    "quiet_args": list(self.spec.quiet_args),
+                                    "isolation": resolve_isolation(self.cfg.isolation)}, REDACTED)  # no keys
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         return {"name": self.name, "version": self.version, "packages": self._env.packages(), "settings": settings,
                 "files_sha256": {"settings": digest}}
@@ -101,7 +108,9 @@ class CliAgentHarness(PerRolloutHarness):
         timeout_s = min(rollout.timeout_s, self.cfg.wall_time_limit_s or rollout.timeout_s)
         cmd = [str(self._env.bin), *self.command(rollout.task.problem_statement, base_url, model, timeout_s),
                *self.cfg.extra_args]
-        result = run_command(replace(rollout, timeout_s=timeout_s), cmd, env, out, self.name, self.describe)
+        with rollout_jail(self.cfg.isolation, rollout, out, env, cmd, [str(self._env.root)]) as jail:
+            result = run_command(replace(rollout, timeout_s=timeout_s), cmd, env, out, self.name, self.describe,
+                                 jail=jail)
         self.write_record(out / RESULT_NAME, result, cmd)
         return result
 

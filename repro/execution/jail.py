@@ -59,6 +59,17 @@ def interpreter_paths(python: str = sys.executable) -> list[str]:
     return sorted(paths)
 
 
+def _answers(url: str) -> bool:
+    """Whether something listens at ``url``'s address now (else the jail gets no relay: a call is refused inside
+    it as it would be outside, rather than accepted and dropped)."""
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
 class ProxyRelay:
     """A Unix socket that forwards each connection to the proxy's TCP address and nowhere else: the jail's only
     way out."""
@@ -93,7 +104,7 @@ class Jail:
     def __enter__(self) -> Jail:
         self.folder = Path(tempfile.mkdtemp(prefix="repro-jail-"))
         (self.folder / "root").mkdir()
-        self.relay = ProxyRelay(self.proxy_url, self.folder) if self.proxy_url else None
+        self.relay = ProxyRelay(self.proxy_url, self.folder) if self.proxy_url and _answers(self.proxy_url) else None
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -44,9 +44,10 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str | 
                        data.encode() if data else None), f"mount {source} -> {target}")
 
 
-def bind(source: str, root: Path, read_only: bool) -> None:
+def bind(source: str, root: Path, read_only: bool, bound: list[Path]) -> None:
     """``source`` at the same path under ``root`` (a file or a folder; a missing source is skipped; a top-level
-    symlink such as ``/bin -> usr/bin`` is recreated as a link)."""
+    symlink such as ``/bin -> usr/bin`` is recreated as a link; a read-only path inside one already bound is
+    visible through it). ``bound``: what is bound so far (appended to)."""
     src = Path(source)
     if src.is_symlink() and src.parent == Path("/"):
         link = root / src.relative_to("/")
@@ -54,11 +55,9 @@ def bind(source: str, root: Path, read_only: bool) -> None:
             link.symlink_to(os.readlink(src))
         return
     src = src.resolve()
-    if not src.exists():
+    if not src.exists() or (read_only and any(src == b or b in src.parents for b in bound)):
         return
     target = root / src.relative_to("/")
-    if read_only and os.path.lexists(target):  # already visible through a folder bound above it
-        return
     if src.is_dir():
         target.mkdir(parents=True, exist_ok=True)
     else:
@@ -67,6 +66,7 @@ def bind(source: str, root: Path, read_only: bool) -> None:
     mount(str(src), str(target), None, MS_BIND | MS_REC)
     if read_only:
         mount("none", str(target), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_REC)
+    bound.append(src)
 
 
 def build_root(spec: dict) -> Path:
@@ -74,22 +74,24 @@ def build_root(spec: dict) -> Path:
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     root = Path(spec["root"])
     mount("tmpfs", str(root), "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
+    bound: list[Path] = []
     for path in SYSTEM_DIRS:
-        bind(path, root, read_only=True)
+        bind(path, root, read_only=True, bound=bound)
     for name in ("tmp", "run"):  # before the binds: a working copy under /tmp stays visible
         (root / name).mkdir(exist_ok=True)
         mount("tmpfs", str(root / name), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-    for path in spec.get("read_only", []):
-        bind(path, root, read_only=True)
+    by_depth = sorted(spec.get("read_only", []), key=lambda p: len(Path(p).resolve().parts))  # folders first
+    for path in by_depth:
+        bind(path, root, read_only=True, bound=bound)
     for path in spec.get("read_write", []):
-        bind(path, root, read_only=False)
+        bind(path, root, read_only=False, bound=bound)
     (root / "proc").mkdir(exist_ok=True)
     mount("proc", str(root / "proc"), "proc", MS_NOSUID | MS_NODEV)
     (root / "dev").mkdir(exist_ok=True)
     mount("tmpfs", str(root / "dev"), "tmpfs", MS_NOSUID, "mode=755")
     for name in DEVICES:
         if Path(f"/dev/{name}").exists():
-            bind(f"/dev/{name}", root, read_only=False)
+            bind(f"/dev/{name}", root, read_only=False, bound=bound)
     return root
 
 
