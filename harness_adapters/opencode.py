@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_adapters.isolation import ISOLATION_MODES, resolve_isolation, rollout_jail
 from harness_adapters.opencode_env import OpenCodeEnv, ensure_opencode_env
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import (
@@ -116,10 +117,13 @@ class OpenCodeConfig:
     project_config: bool = False
     export_session: bool = True
     extra_config: dict[str, Any] = field(default_factory=dict)
+    isolation: str = "auto"  # auto | jail | none: each rollout in a jail (harness_adapters.isolation)
 
     def __post_init__(self) -> None:
         if self.step_limit < 0 or self.context_limit < 1 or self.output_limit < 1:
             raise ValueError("step_limit must be >= 0, context_limit and output_limit >= 1")
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(f"harness.isolation must be one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
 
 
 def route_urls(base_url: str) -> dict[str, str]:
@@ -255,6 +259,7 @@ class OpenCodeHarness(PerRolloutHarness):
             "compaction_call": "policy" if self.cfg.train_compaction else "summary",
             "project_config": self.cfg.project_config, "env": dict(DISABLED), "provider_npm": PROVIDER_NPM,
             "extra_config": self.cfg.extra_config, "command": build_command(self._env, model, self.cfg.agent)[1:],
+            "isolation": resolve_isolation(self.cfg.isolation),
         }
         return {"name": NAME, "version": self.version,
                 "files_sha256": {CONFIG_NAME: _sha256(_json_bytes(template)), "config-deps/package-lock.json":
@@ -274,7 +279,8 @@ class OpenCodeHarness(PerRolloutHarness):
         cmd = build_command(self._env, model, self.cfg.agent)
         proc_env = build_process_env(self._env, self.cfg, home, config_path)
         try:
-            outcome = run_in_session(cmd, workdir, proc_env, out, rollout.timeout_s, stdin=task_path)
+            with rollout_jail(self.cfg.isolation, rollout, out, proc_env, cmd, [str(self._env.root)]) as jail:
+                outcome = run_in_session(cmd, workdir, proc_env, out, rollout.timeout_s, stdin=task_path, jail=jail)
         except OSError as exc:
             result = HarnessResult(rollout.rollout_id, "crashed", reason=f"could not start opencode: {exc}")
         else:
