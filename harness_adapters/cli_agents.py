@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harness_adapters.command import run_command
-from harness_adapters.isolation import ISOLATION_MODES, resolve_isolation, rollout_jail
+from harness_adapters.isolation import check_isolation, resolve_isolation, rollout_jail
 from harness_adapters.node_cli_env import CLAUDE_CODE, CODEX, QWEN_CODE, NodeCliEnv, NodeCliSpec, ensure_node_cli_env
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import DUMMY_API_KEY, isolated_env
@@ -44,8 +44,7 @@ class CliAgentConfig:
     isolation: str = "auto"  # auto | jail | none: each rollout's CLI in a jail (harness_adapters.isolation)
 
     def __post_init__(self) -> None:
-        if self.isolation not in ISOLATION_MODES:
-            raise ValueError(f"harness.isolation must be one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
+        check_isolation(self.isolation)
 
 
 @dataclass

@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from harness_adapters.isolation import ISOLATION_MODES, resolve_isolation, rollout_jail
+from harness_adapters.isolation import check_isolation, resolve_isolation, rollout_jail
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import DUMMY_API_KEY, isolated_env, last_line, run_in_session, tail
 from repro.protocols import HarnessResult, HarnessRollout
@@ -73,8 +73,7 @@ class CommandConfig:
             raise ValueError(f"harness.api must be one of {', '.join(APIS)}, got {self.api!r}")
         for template in [*self.command, *self.env.values()]:
             check_template(str(template))
-        if self.isolation not in ISOLATION_MODES:
-            raise ValueError(f"harness.isolation must be one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
+        check_isolation(self.isolation)
 
 
 def check_template(template: str) -> None:

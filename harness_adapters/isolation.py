@@ -22,11 +22,16 @@ ISOLATION_MODES = ("auto", "jail", "none")
 _said: set[str] = set()
 
 
-def resolve_isolation(mode: str) -> str:
-    """``jail`` or ``none`` for ``mode``; ``jail`` on a machine that cannot build one is a clear error."""
+def check_isolation(mode: str) -> str:
+    """``mode`` if it is one of :data:`ISOLATION_MODES`, else ValueError naming them (a harness config's check)."""
     if mode not in ISOLATION_MODES:
         raise ValueError(f"harness.isolation must be one of {', '.join(ISOLATION_MODES)}, got {mode!r}")
-    if mode == "none":
+    return mode
+
+
+def resolve_isolation(mode: str) -> str:
+    """``jail`` or ``none`` for ``mode``; ``jail`` on a machine that cannot build one is a clear error."""
+    if check_isolation(mode) == "none":
         return "none"
     why = jail_available()
     if why is None:

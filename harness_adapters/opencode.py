@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness_adapters.isolation import ISOLATION_MODES, resolve_isolation, rollout_jail
+from harness_adapters.isolation import check_isolation, resolve_isolation, rollout_jail
 from harness_adapters.opencode_env import OpenCodeEnv, ensure_opencode_env
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import (
@@ -122,8 +122,7 @@ class OpenCodeConfig:
     def __post_init__(self) -> None:
         if self.step_limit < 0 or self.context_limit < 1 or self.output_limit < 1:
             raise ValueError("step_limit must be >= 0, context_limit and output_limit >= 1")
-        if self.isolation not in ISOLATION_MODES:
-            raise ValueError(f"harness.isolation must be one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}")
+        check_isolation(self.isolation)
 
 
 def route_urls(base_url: str) -> dict[str, str]:

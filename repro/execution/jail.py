@@ -44,7 +44,8 @@ def jail_available() -> str | None:
     return None
 
 
-def interpreter_paths(python: str = sys.executable) -> list[str]:
+@functools.cache
+def interpreter_paths(python: str = sys.executable) -> tuple[str, ...]:
     """What a Python interpreter needs to run: its environment's folder and its base installation."""
     exe = Path(python)
     prefix = exe.parent.parent
@@ -56,7 +57,7 @@ def interpreter_paths(python: str = sys.executable) -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         pass
     paths.add(str(exe.resolve().parent.parent))
-    return sorted(paths)
+    return tuple(sorted(paths))  # cached: asked for every jailed command, it runs the interpreter once
 
 
 def _answers(url: str) -> bool:
