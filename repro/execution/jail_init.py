@@ -28,6 +28,7 @@ from pathlib import Path
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # SYS_pivot_root by machine (glibc exports no wrapper)
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -99,7 +100,10 @@ def pivot(root: Path) -> None:
     """Make ``root`` the file system's root and detach the host's."""
     old = root / ".old-root"
     old.mkdir()
-    _check(_libc.syscall(155, str(root).encode(), str(old).encode()), "pivot_root")  # SYS_pivot_root (x86_64)
+    number = PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"pivot_root: no syscall number known for {os.uname().machine}")
+    _check(_libc.syscall(number, str(root).encode(), str(old).encode()), "pivot_root")
     os.chdir("/")
     _check(_libc.umount2(b"/.old-root", MNT_DETACH), "umount the old root")
     os.rmdir("/.old-root")
