@@ -8,12 +8,13 @@ what the console script's process would: its own session, cwd, stdin/stdout/stde
 (the caller starts the server with the environment each run needs: it is read at import time). Only imports are
 shared: the child is a copy of a process that has run nothing but imports.
 
-Protocol, one JSON object per line. stdin: ``{"id", "argv", "cwd", "stdin", "stdout", "stderr"}`` (paths; stdin
-may be null: /dev/null); EOF stops the server. stdout: ``{"event": "ready", "pid", "import_s"}`` once, then per
-request ``{"event": "started", "id", "pid"}`` (or ``{"event": "failed", "id", "error"}``) and, when the child
-ends, ``{"event": "exit", "id", "pid", "exit_code", "cpu_s"}`` (``exit_code`` as ``subprocess`` gives it: minus
-the signal for a killed child). The server is single-threaded (a fork never copies a lock held by another thread);
-SIGCHLD wakes its ``select`` through a wakeup pipe.
+Protocol, one JSON object per line. stdin: ``{"id", "argv", "cwd", "stdin", "stdout", "stderr", "jail"}`` (paths;
+stdin may be null: /dev/null; ``jail``, when set, puts the child in a rollout's jail first); EOF stops the server.
+stdout: ``{"event": "ready", "pid", "import_s"}`` once, then per request ``{"event": "started", "id", "pid"}`` (or
+``{"event": "failed", "id", "error"}``) and, when the child ends, ``{"event": "exit", "id", "pid", "exit_code",
+"cpu_s"}`` (``exit_code`` as ``subprocess`` gives it: minus the signal for a killed child). The server is
+single-threaded (a fork never copies a lock held by another thread); SIGCHLD wakes its ``select`` through a wakeup
+pipe.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import select
@@ -100,6 +102,8 @@ class Server:
                 os.close(fd)
             os.setsid()
             redirect(request)
+            if request.get("jail"):
+                enter_jail(request["jail"])
             os.chdir(request["cwd"])
             sys.argv = list(request["argv"])
             code = exit_code(self.entry)
@@ -127,6 +131,17 @@ def redirect(request: dict[str, Any]) -> None:
     sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+
+
+def enter_jail(jail: dict[str, str]) -> None:
+    """Into the rollout's jail (``jail_init.enter`` of the file ``jail["init"]``, standard library only, with the
+    reusable spec ``jail["spec"]``): this process then waits for its jailed child, which returns here."""
+    spec = importlib.util.spec_from_file_location("repro_jail_init", jail["init"])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {jail['init']}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.enter(jail["spec"])
 
 
 def exit_code(entry: Any) -> int:

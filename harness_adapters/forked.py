@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness_adapters.processes import ProcessOutcome, kill_group, kill_tree
+from repro.execution.jail import INIT
 
 SERVER_SCRIPT = Path(__file__).with_name("fork_server.py")
 READY_TIMEOUT_S = 120.0
@@ -51,11 +52,13 @@ class ForkServer:
         self.starts = 0
 
     def run(self, argv: list[str], cwd: Path, output_dir: Path, timeout_s: float, *,
-            stdin: Path | None = None) -> ProcessOutcome:
-        """``argv`` as a forked child; as :func:`run_in_session`, ``exit_code`` is None after a timeout."""
+            stdin: Path | None = None, jail: Path | None = None) -> ProcessOutcome:
+        """``argv`` as a forked child (inside the jail of the reusable spec ``jail``: see
+        :func:`repro.execution.jail_init.enter`); as :func:`run_in_session`, ``exit_code`` is None after a timeout."""
         started, rid, run = time.monotonic(), uuid.uuid4().hex, _Run()
         request = {"id": rid, "argv": argv, "cwd": str(cwd), "stdin": str(stdin) if stdin else None,
-                   "stdout": str(output_dir / "stdout.log"), "stderr": str(output_dir / "stderr.log")}
+                   "stdout": str(output_dir / "stdout.log"), "stderr": str(output_dir / "stderr.log"),
+                   "jail": {"init": str(INIT), "spec": str(jail)} if jail else None}
         with self._lock:
             proc = self._ensure_server()
             self._runs[rid] = run

@@ -47,7 +47,8 @@ def resolve_isolation(mode: str) -> str:
 
 def environment_paths(env: dict[str, str], cmd: Sequence[str]) -> list[str]:
     """What the agent's own programs need to run, read-only: each ``PATH`` folder outside the system's (a virtual
-    environment's whole folder and its base interpreter), and the files its command names."""
+    environment's whole folder and its base interpreter; pyenv's whole root for its shims), and the files its
+    command names."""
     paths: list[str] = []
     for entry in env.get("PATH", "").split(os.pathsep):
         folder = Path(entry)
@@ -55,6 +56,8 @@ def environment_paths(env: dict[str, str], cmd: Sequence[str]) -> list[str]:
             continue
         if (folder.parent / "pyvenv.cfg").exists() and (folder / "python").exists():
             paths += interpreter_paths(str(folder / "python"))
+        elif (folder.parent / "libexec" / "pyenv").exists():  # pyenv's shims run its root's pythons
+            paths.append(str(folder.parent))
         else:
             paths.append(str(folder))
     paths += [arg for arg in cmd if arg.startswith("/") and Path(arg).is_file()]
@@ -63,15 +66,25 @@ def environment_paths(env: dict[str, str], cmd: Sequence[str]) -> list[str]:
 
 @contextlib.contextmanager
 def rollout_jail(mode: str, rollout: HarnessRollout, out: Path, env: dict[str, str], cmd: Sequence[str],
-                 read_only: Sequence[str] = ()) -> Iterator[Jail | None]:
+                 read_only: Sequence[str] = (), private: Sequence[str] = (),
+                 read_write: Sequence[str] = ()) -> Iterator[Jail | None]:
     """The rollout's jail (None when ``mode`` resolves to ``none``), its relay reaching the proxy of the rollout's
-    base URL."""
+    base URL; ``private``: folders of its own (such as a HOME shared by the harness's rollouts outside);
+    ``read_write``: more folders it shares with the host besides the working copy and output folder."""
     if resolve_isolation(mode) == "none":
         yield None
         return
     parts = urlsplit(rollout.base_url)
-    jail = Jail(read_write=[str(Path(rollout.workdir).resolve()), str(Path(out).resolve())],
+    jail = Jail(read_write=[str(Path(rollout.workdir).resolve()), str(Path(out).resolve()), *read_write],
                 read_only=[*environment_paths(env, cmd), *read_only],
-                proxy_url=f"{parts.scheme}://{parts.hostname}:{parts.port or 80}")
+                proxy_url=f"{parts.scheme}://{parts.hostname}:{parts.port or 80}", private=list(private))
     with jail:
         yield jail
+
+
+def commands_jail(rollout: HarnessRollout, env: dict[str, str]) -> Jail:
+    """A jail for the agent's commands alone, the harness process staying outside (mini-SWE-agent runs each
+    command as its own process): the working copy read-write, the programs on the commands' ``PATH`` read-only, a
+    private ``/tmp`` and HOME kept across commands (:meth:`Jail.prefix`), no network. Enter it to use it."""
+    return Jail(read_write=[str(Path(rollout.workdir).resolve())], read_only=environment_paths(env, []),
+                private=[env["HOME"]] if env.get("HOME") else [])

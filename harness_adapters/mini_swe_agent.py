@@ -66,6 +66,7 @@ from typing import Any, Literal
 
 import yaml
 
+from harness_adapters.isolation import check_isolation
 from harness_adapters.mini_swe_agent_outcome import (
     HarnessIdentity,
     HarnessRunResult,
@@ -114,8 +115,10 @@ class MiniSweAgentConfig:
     extra_model_kwargs: dict[str, Any] = field(default_factory=dict)
     config_file: str | None = None
     platform: dict[str, str] = field(default_factory=lambda: dict(PINNED_PLATFORM))  # {}: the host's uname
+    isolation: str = "auto"  # auto | jail | none: sandbox=local commands jailed (harness_adapters.isolation)
 
     def __post_init__(self) -> None:
+        check_isolation(self.isolation)
         unknown = sorted(set(self.platform) - set(UNAME_FIELDS))
         if unknown:
             raise ValueError(f"harness.platform pins fields of platform.uname() {UNAME_FIELDS}, got {unknown}")
@@ -339,11 +342,14 @@ def swebench_environment(site_packages: Path) -> dict[str, Any]:
 
 
 def rollout_settings(task: str, base_url: str, workdir: Path, container: Any = None,
-                     container_base: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """The per-rollout overlay (last ``-c`` file): the task, the model endpoint, the working directory; with a
-    ``ContainerSpec``, the settings of mini's own ``DockerEnvironment``: ``container_base`` (its SWE-bench
-    runner's environment block) with this rollout's image, cwd, ``docker run`` options and command timeout."""
-    environment: dict[str, Any] = {"cwd": str(workdir), **({"env": dict(env)} if env else {})}
+                     container_base: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+                     jail: list[str] | None = None) -> dict[str, Any]:
+    """The per-rollout overlay (last ``-c`` file): the task, the model endpoint, the working directory (and with
+    ``jail``, the command prefix of the rollout's jail for ``mini_swe_agent_jailed``); with a ``ContainerSpec``,
+    the settings of mini's own ``DockerEnvironment``: ``container_base`` (its SWE-bench runner's environment
+    block) with this rollout's image, cwd, ``docker run`` options and command timeout."""
+    environment: dict[str, Any] = {"cwd": str(workdir), **({"env": dict(env)} if env else {}),
+                                   **({"jail": list(jail)} if jail else {})}
     if container is not None:
         base = dict(container_base or {})
         timeout = int(container.command_timeout_s)

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_adapters.isolation import commands_jail, resolve_isolation
 from harness_adapters.mini_swe_agent import (
     NAME,
     RESULT_NAME,
@@ -52,6 +53,7 @@ from harness_adapters.processes import (
     unique_rollouts,
 )
 from harness_adapters.worker_process import Event, WorkerProcess, WorkerStartError
+from repro.execution.jail import Jail
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.venvs import HarnessEnv
 
@@ -155,6 +157,8 @@ class MiniSweAgentHarness:
         self._identity = write_harness_config(self._env, self.cfg, self._config_dir)
         self.version = self._identity.version
         self._proc_env = build_process_env(self.cfg, home=self._state / "home", config_dir=self._config_dir)
+        self._isolation = resolve_isolation(self.cfg.isolation)  # sandbox=local rollouts; containers are their own
+        self._jails: dict[str, Jail] = {}
         self._grace_s, self._startup_timeout_s, self._max_abandoned = grace_s, startup_timeout_s, max_abandoned
         self._slots: list[_Worker | None] = [None] * workers
         self._events: queue.Queue[Event] = queue.Queue()
@@ -162,8 +166,9 @@ class MiniSweAgentHarness:
         self.n_worker_starts = 0
 
     def identity(self) -> dict[str, Any]:
-        """Same identity as the subprocess adapter: name, version, config hashes, litellm/openai versions."""
-        return asdict(self._identity)
+        """Same identity as the subprocess adapter: name, version, config hashes, litellm/openai versions, and
+        whether its local commands run jailed."""
+        return asdict(self._identity) | {"isolation": self._isolation}
 
     def worker_pids(self) -> list[int]:
         """Pids of the worker processes now running."""
@@ -246,16 +251,31 @@ class MiniSweAgentHarness:
         return len(worker.abandoned) > self._max_abandoned
 
     def _send(self, worker: _Worker, index: int, rollout: HarnessRollout) -> None:
-        request = worker_request(rollout, self._env, self._config_dir)
+        request = worker_request(rollout, self._env, self._config_dir, self._jail_prefix(rollout))
         now = time.monotonic()
         worker.in_flight[rollout.rollout_id] = _InFlight(index, rollout, now, now + rollout.timeout_s + self._grace_s)
         worker.process.send(request)  # if the worker is gone, its EOF event marks this rollout crashed
+
+    def _jail_prefix(self, rollout: HarnessRollout) -> list[str] | None:
+        """The command prefix of a new jail for ``rollout``'s commands (None: unjailed, or in a container)."""
+        if self._isolation != "jail" or rollout.container is not None:
+            return None
+        jail = commands_jail(rollout, self._proc_env | dict(rollout.env or {})).__enter__()
+        self._jails[rollout.rollout_id] = jail
+        return jail.prefix()
+
+    def _release_jail(self, rollout_id: str) -> None:
+        jail = self._jails.pop(rollout_id, None)
+        if jail is not None:
+            jail.__exit__(None, None, None)
 
     def _abort(self) -> None:
         """A run failed midway: stop the workers that still hold its rollouts, so no later run inherits them."""
         for slot, worker in enumerate(self._slots):
             if worker is not None and worker.in_flight:
                 worker.process.stop(polite=False)
+                for rollout_id in worker.in_flight:
+                    self._release_jail(rollout_id)
                 worker.in_flight.clear()
                 self._slots[slot] = None
 
@@ -342,6 +362,7 @@ class MiniSweAgentHarness:
             self._slots[worker.slot] = None
 
     def _record(self, results: dict[int, HarnessResult], flight: _InFlight, result: HarnessResult) -> None:
+        self._release_jail(flight.rollout.rollout_id)
         results[flight.index] = result
         record = asdict(result) | {"identity": self.identity()}
         (Path(flight.rollout.output_dir) / RESULT_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")

@@ -57,6 +57,7 @@ from typing import Any
 import yaml
 
 from harness_adapters.forked import ForkServer
+from harness_adapters.isolation import resolve_isolation, rollout_jail
 from harness_adapters.mini_swe_agent import (
     CONFIG_NAMES,
     NAME,
@@ -75,6 +76,7 @@ from harness_adapters.mini_swe_agent import (
 from harness_adapters.mini_swe_agent_outcome import HarnessRunResult, classify_run, trajectory_info
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import TAIL_CHARS, ProcessOutcome, last_line, run_in_session
+from repro.execution.jail import interpreter_paths
 from repro.protocols import ContainerSpec, HarnessResult, HarnessRollout
 from repro.venvs import HarnessEnv
 
@@ -165,12 +167,14 @@ class MiniSweAgentV1Harness(PerRolloutHarness):
         self._answers.write_text(limit_answers(self.cfg))
         self._proc_env = build_process_env(self.cfg, home=state / "home", config_dir=self._config_dir) | V1_ENV
         self.launcher = launcher
+        self._isolation = resolve_isolation(self.cfg.isolation)  # local rollouts; containers are their own
         self._forks = ForkServer(self._env.python, MINI_ENTRY, self._proc_env, state / "fork_server.log",
                                  MINI_PRELOAD) if launcher == "fork" else None
 
     def identity(self) -> dict[str, Any]:
-        """Name, version, hashes of the base and settings files, litellm/openai versions (as for 2.x)."""
-        return asdict(self._identity)
+        """Name, version, hashes of the base and settings files, litellm/openai versions, whether local rollouts
+        run jailed (as for 2.x)."""
+        return asdict(self._identity) | {"isolation": self._isolation}
 
     def run_config(self, rollout: HarnessRollout) -> dict[str, Any]:
         """The single config file ``mini`` gets for ``rollout``: base + settings + rollout overlay; in a container,
@@ -209,10 +213,18 @@ class MiniSweAgentV1Harness(PerRolloutHarness):
         return result
 
     def _launch(self, cmd: list[str], workdir: Path, output_dir: Path, rollout: HarnessRollout) -> ProcessOutcome:
-        """``cmd`` run to its end: forked from the server (``mini`` on the local machine) or exec'd."""
-        if self._forks is not None and rollout.container is None:
-            return self._forks.run(cmd, workdir, output_dir, rollout.timeout_s, stdin=self._answers)
-        return run_in_session(cmd, workdir, self._proc_env, output_dir, rollout.timeout_s, stdin=self._answers)
+        """``cmd`` run to its end: forked from the server (``mini`` on the local machine) or exec'd; a local
+        rollout's ``mini`` and its commands in the rollout's jail (``harness.isolation``)."""
+        if rollout.container is not None:
+            return run_in_session(cmd, workdir, self._proc_env, output_dir, rollout.timeout_s, stdin=self._answers)
+        env = self._proc_env | dict(rollout.env or {})
+        own = [str(self._env.root), *interpreter_paths(str(self._env.python)), str(self._answers)]
+        with rollout_jail(self._isolation, rollout, output_dir, env, cmd, own, [self._proc_env["HOME"]]) as jail:
+            if self._forks is not None:
+                spec = jail.reusable_spec() if jail is not None else None
+                return self._forks.run(cmd, workdir, output_dir, rollout.timeout_s, stdin=self._answers, jail=spec)
+            return run_in_session(cmd, workdir, self._proc_env, output_dir, rollout.timeout_s, stdin=self._answers,
+                                  jail=jail)
 
     def close(self) -> None:
         """Stop the fork server, then drop the state dir if it was temporary."""

@@ -22,16 +22,20 @@ from repro.venvs import HarnessEnv
 
 __all__ = ["result_from_worker", "worker_request"]
 
+JAILED_CLASS = "repro_mswea_jailed.JailedLocalEnvironment"  # mini_swe_agent_jailed.CLASS_PATH (it imports mini)
 
-def worker_request(rollout: HarnessRollout, env: HarnessEnv, config_dir: Path) -> dict[str, Any]:
+
+def worker_request(rollout: HarnessRollout, env: HarnessEnv, config_dir: Path,
+                   jail: list[str] | None = None) -> dict[str, Any]:
     """Write the rollout's config overlay and build its request to a worker (the options ``build_command`` gives
-    ``mini``); ``config_dir`` holds the harness's shared config files."""
+    ``mini``); ``config_dir`` holds the harness's shared config files; ``jail``: the command prefix of the rollout's
+    jail (its commands then run through ``mini_swe_agent_jailed``, mini's local environment behind the prefix)."""
     workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
     rollout_config = output_dir / "config" / ROLLOUT_CONFIG_NAME
     rollout_config.parent.mkdir(parents=True, exist_ok=True)
     container_base = swebench_environment(env.site_packages) if rollout.container is not None else None
     write_yaml(rollout_config, rollout_settings(rollout.task.problem_statement, rollout.base_url, workdir,
-                                                rollout.container, container_base, rollout.env))
+                                                rollout.container, container_base, rollout.env, jail))
     trajectory = output_dir / TRAJECTORY_NAME
     trajectory.unlink(missing_ok=True)
     shared = [config_dir / name for name in CONFIG_NAMES.values()]
@@ -40,7 +44,7 @@ def worker_request(rollout: HarnessRollout, env: HarnessEnv, config_dir: Path) -
         "config_files": [*map(str, shared), str(rollout_config)],
         "cli": {
             "model_name": litellm_model_name(rollout.model_name),
-            "environment_class": "docker" if rollout.container is not None else "local",
+            "environment_class": "docker" if rollout.container is not None else JAILED_CLASS if jail else "local",
             "yolo": True,
             "cost_limit": 0.0,
             "exit_immediately": True,

@@ -33,6 +33,7 @@ model request ends when that request does; the pool restarts a worker that gathe
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -360,6 +361,18 @@ def _warm_imports() -> None:
     import minisweagent.models.litellm_textbased_model  # noqa: F401
 
 
+def register_jailed_environment() -> None:
+    """Load ``mini_swe_agent_jailed.py`` (beside this file) under the module name a rollout's
+    ``environment_class`` names, so that mini's own ``get_environment`` finds it."""
+    path = Path(__file__).with_name("mini_swe_agent_jailed.py")
+    spec = importlib.util.spec_from_file_location("repro_mswea_jailed", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+
+
 def main() -> None:
     """Take the standard streams, import mini once, announce readiness, serve until EOF."""
     requests, results, router = take_standard_streams()
@@ -369,6 +382,7 @@ def main() -> None:
     from minisweagent.run import mini as mini_cli
 
     _warm_imports()
+    register_jailed_environment()
     mini_cli.configure_if_first_time()
     channel.send(
         {

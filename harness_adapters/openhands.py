@@ -10,6 +10,13 @@ key, ``LITELLM_LOCAL_MODEL_COST_MAP=True``, no telemetry variables) and its own 
 starts a tmux server (it daemonizes, so the process group does not hold it); after the run, every server under
 that dir is killed with its process tree. See ``openhands_runner`` for what runs inside.
 
+Jailed by default (``isolation``, :mod:`harness_adapters.isolation`): the runner, its tmux server and every command
+see the working copy and output folder (read-write), the env and the runner script (read-only), the per-rollout
+``TMUX_TMPDIR`` (read-write, at the same short host path: tmux socket paths max ~107 bytes) and nothing else of the
+host; the network reaches only the proxy. The jail's ``/dev`` has no pty devices, so the runner mounts a devpts of
+its own there (``spec["jail"]``; tmux needs ptys). The tmux server lives in the jail's PID namespace and ends with
+it; the adapter never uses the pid a jailed server reports (it is the namespace's).
+
 Findings (1.58.2, read from the installed source and watched through the proxy):
 
 - Wire: LiteLLM 1.105.7 -> OpenAI SDK 2.26.0, non-streaming ``POST <base_url>/chat/completions`` with ``model``,
@@ -47,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from harness_adapters.isolation import check_isolation, resolve_isolation, rollout_jail
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import (
     TAIL_CHARS,
@@ -59,6 +67,7 @@ from harness_adapters.processes import (
     tail,
 )
 from harness_adapters.versions import nearest
+from repro.execution.jail import interpreter_paths
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.proxy.routes import purpose_base_url
 from repro.venvs import HarnessEnv, HarnessEnvError, ensure_harness_env
@@ -100,7 +109,9 @@ class OpenHandsConfig:
     temperature needs ``capability_overrides.supports_sampling_params``, set with it, because the SDK drops
     sampling parameters for models it takes for reasoning ones, which an unknown ``openai/`` model is).
     ``num_retries``: the SDK retries a failed call this many times (its default 5, waits of 8-64 s; 0 fails
-    fast). ``extra_llm``: other ``openhands.sdk.LLM`` fields, passed as they are."""
+    fast). ``extra_llm``: other ``openhands.sdk.LLM`` fields, passed as they are. ``isolation``: ``auto`` | ``jail``
+    | ``none``, each rollout's runner in a jail (:mod:`harness_adapters.isolation`; the resolved mode is in the
+    identity)."""
 
     version: str = DEFAULT_VERSION
     max_iterations: int = 100
@@ -113,8 +124,10 @@ class OpenHandsConfig:
     num_retries: int = 0
     request_timeout_s: int = 600
     extra_llm: dict[str, Any] = field(default_factory=dict)
+    isolation: str = "auto"  # auto | jail | none: each rollout's runner in a jail (harness_adapters.isolation)
 
     def __post_init__(self) -> None:
+        check_isolation(self.isolation)
         if self.condenser not in ("summarizing", "none"):
             raise ValueError(f"condenser must be 'summarizing' or 'none', got {self.condenser!r}")
         if self.max_iterations < 1:
@@ -243,16 +256,18 @@ class OpenHandsHarness(PerRolloutHarness):
         self.version = self._env.version_of("openhands-sdk") or self.cfg.version
         self._identity = {
             "name": NAME, "version": self.version, "files_sha256": identity_files(self._env),
-            "packages": {p: self._env.version_of(p) or "" for p in WIRE_PACKAGES}, "settings": self.cfg.settings(),
+            "packages": {p: self._env.version_of(p) or "" for p in WIRE_PACKAGES},
+            "settings": self.cfg.settings() | {"isolation": resolve_isolation(self.cfg.isolation)},
         }
 
     def identity(self) -> dict[str, Any]:
         """Name, SDK version, sha256 of the runner and of the SDK files that render what the model sees,
-        wire-relevant package versions, settings (condenser, iterations, tools, LLM fields)."""
+        wire-relevant package versions, settings (condenser, iterations, tools, LLM fields, resolved isolation)."""
         return json.loads(json.dumps(self._identity))
 
-    def rollout_spec(self, rollout: HarnessRollout) -> dict[str, Any]:
-        """The runner's spec for ``rollout`` (no secrets: the key travels in the environment)."""
+    def rollout_spec(self, rollout: HarnessRollout, *, jailed: bool = False) -> dict[str, Any]:
+        """The runner's spec for ``rollout`` (no secrets: the key travels in the environment); ``jailed``: the runner
+        runs in a jail (it mounts a devpts of its own for tmux)."""
         cfg = self.cfg
         condenser = {"kind": cfg.condenser, "max_size": cfg.condenser_max_size, "keep_first": cfg.condenser_keep_first}
         terminal = {} if cfg.command_timeout_s is None else {"no_change_timeout_seconds": cfg.command_timeout_s}
@@ -261,30 +276,41 @@ class OpenHandsHarness(PerRolloutHarness):
             "output_dir": str(Path(rollout.output_dir).resolve()), "model": f"openai/{rollout.model_name}",
             "base_url": rollout.base_url, "summary_base_url": purpose_base_url(rollout.base_url, "summary"),
             "max_iterations": cfg.max_iterations, "condenser": condenser, "llm": cfg.llm_fields(),
-            "terminal": terminal,
+            "terminal": terminal, "jail": jailed,
         }
 
     def run_one(self, rollout: HarnessRollout) -> HarnessResult:
-        """One runner process for ``rollout`` (its tmux servers killed after it); its record in ``output_dir``."""
+        """One runner process for ``rollout`` (jailed unless ``isolation`` resolves to none; its tmux servers killed
+        after it); its record in ``output_dir``."""
         workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / RESULT_NAME).unlink(missing_ok=True)
         spec_path = output_dir / "spec.json"
-        spec_path.write_text(json.dumps(self.rollout_spec(rollout), indent=2) + "\n", encoding="utf-8")
         cmd = [str(self._env.python), "-P", str(RUNNER), str(spec_path)]  # -P: its dir holds openhands.py
         tmux_dir = Path(tempfile.mkdtemp(prefix="oh-tmux-", dir="/tmp"))  # short: tmux socket paths max ~107 bytes
+        jailed = False
         try:
             env = build_process_env(home=output_dir / "home", tmux_tmpdir=tmux_dir)
-            outcome = run_in_session(cmd, workdir, env, output_dir, rollout.timeout_s)
+            with rollout_jail(self.cfg.isolation, rollout, output_dir, env, cmd, self.read_only(),
+                              read_write=[str(tmux_dir)]) as jail:
+                jailed = jail is not None
+                spec = self.rollout_spec(rollout, jailed=jailed)
+                spec_path.write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
+                outcome = run_in_session(cmd, workdir, env, output_dir, rollout.timeout_s, jail=jail)
         finally:
-            killed = kill_tmux_servers(tmux_dir)
+            killed = kill_tmux_servers(tmux_dir, jailed=jailed)
             shutil.rmtree(tmux_dir, ignore_errors=True)
         if outcome.timed_out or outcome.exit_code != 0:
             kill_processes_under([workdir])  # commands that left the tmux server's tree
         result = as_result(rollout.rollout_id, outcome, output_dir, rollout.timeout_s)
-        result.info["tmux_servers_killed"] = killed
+        result.info |= {"tmux_servers_killed": killed, "isolation": "jail" if jailed else "none"}
         self.write_record(output_dir / ADAPTER_LOG_NAME, result, cmd)
         return result
+
+    def read_only(self) -> list[str]:
+        """What the jailed runner reads besides the system's directories: the env (its interpreter and packages)
+        and its base installation; the runner script comes with the command."""
+        return [str(self._env.root), *interpreter_paths(str(self._env.python))]
 
 
 def identity_files(env: HarnessEnv) -> dict[str, str]:
@@ -309,18 +335,25 @@ def build_process_env(*, home: Path, tmux_tmpdir: Path) -> dict[str, str]:
     }
 
 
-def kill_tmux_servers(tmux_tmpdir: Path) -> int:
-    """Kill every tmux server with a socket under ``tmux_tmpdir`` and its process tree; return how many ran."""
+def kill_tmux_servers(tmux_tmpdir: Path, *, jailed: bool = False) -> int:
+    """Kill every tmux server with a socket under ``tmux_tmpdir`` and its process tree; return how many ran.
+
+    ``jailed``: the servers ran in the rollout's jail, in its PID namespace, and ended with it (the runner unlinks
+    the sockets of servers that exited before it did): each socket left is a server that was still running and
+    was killed with the jail. The pid a jailed server would report is the namespace's, never one to kill here: a
+    server that still answers is told to ``kill-server`` instead."""
     killed = 0
     for socket in sorted(tmux_tmpdir.glob("tmux-*/*")):
         if not socket.is_socket():
             continue
+        query = ["kill-server"] if jailed else ["display-message", "-p", "#{pid}"]
         try:
-            out = subprocess.run(["tmux", "-S", str(socket), "display-message", "-p", "#{pid}"],
-                                 capture_output=True, text=True, timeout=10)
+            out = subprocess.run(["tmux", "-S", str(socket), *query], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
-            continue
-        if out.returncode == 0 and out.stdout.strip().isdigit():
+            out = None
+        if jailed:
+            killed += 1
+        elif out is not None and out.returncode == 0 and out.stdout.strip().isdigit():
             kill_tree(int(out.stdout.strip()))
             killed += 1
     return killed

@@ -12,7 +12,10 @@ points at the proxy's ``summary`` purpose URL so its calls are recorded apart) a
 The spec (JSON) holds ``task``, ``workdir``, ``output_dir``, ``model``, ``base_url``, ``summary_base_url``,
 ``max_iterations``, ``condenser`` (``kind`` none|summarizing|default, ``max_size``, ``keep_first``), ``llm``
 (extra ``LLM`` fields: temperature, max_output_tokens, num_retries, timeout, ...) and ``terminal`` (tool params,
-e.g. ``no_change_timeout_seconds``; empty = the default agent's). The API key comes from ``OPENAI_API_KEY``.
+e.g. ``no_change_timeout_seconds``; empty = the default agent's) and ``jail`` (true: it runs in the adapter's jail,
+whose ``/dev`` has no pty devices; it mounts a devpts of its own first, as the terminal tool's tmux needs ptys).
+The API key comes from ``OPENAI_API_KEY``. After the run it unlinks the sockets of tmux servers that have exited, so
+those left under ``TMUX_TMPDIR`` are servers still running (the adapter kills them, or the jail's end did).
 
 Writes ``<output_dir>/result.json``: ``exit_status`` (``finished`` | ``max_iterations`` | ``stuck`` | ``error``),
 ``execution_status``, ``n_llm_calls`` (per usage id), ``events_path`` (one JSON event per line, appended as the
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -35,6 +39,26 @@ if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(__file__)):
 
 RESULT_NAME = "result.json"
 EVENTS_NAME = "events.jsonl"
+
+
+def unlink_dead_tmux_sockets() -> int:
+    """Unlink every tmux socket under ``$TMUX_TMPDIR`` whose server no longer answers; return how many."""
+    removed = 0
+    for path in Path(os.environ.get("TMUX_TMPDIR", "/tmp")).glob("tmux-*/*"):
+        if not path.is_socket():
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(path))
+                continue
+            except OSError:
+                pass
+        try:
+            path.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
 
 
 def build_llms(spec: dict[str, Any]) -> tuple[Any, Any]:
@@ -165,6 +189,7 @@ def main(argv: list[str]) -> int:
     out = Path(spec["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
     result = run_rollout(spec)
+    unlink_dead_tmux_sockets()
     tmp = out / f"{RESULT_NAME}.tmp"
     tmp.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, out / RESULT_NAME)

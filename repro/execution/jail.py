@@ -96,11 +96,13 @@ class ProxyRelay:
 @dataclass
 class Jail:
     """One rollout's jail: ``read_write`` (its working copy, output folder), ``read_only`` (the harness's
-    environment), ``proxy_url`` (the only address its network reaches; None: no network at all)."""
+    environment), ``proxy_url`` (the only address its network reaches; None: no network at all), ``private``
+    (paths that exist in it as empty folders of its own, such as the HOME its environment names)."""
 
     read_write: list[str]
     read_only: list[str] = field(default_factory=list)
     proxy_url: str | None = None
+    private: list[str] = field(default_factory=list)
 
     def __enter__(self) -> Jail:
         self.folder = Path(tempfile.mkdtemp(prefix="repro-jail-"))
@@ -114,14 +116,43 @@ class Jail:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def command(self, cmd: list[str], cwd: Path, env: dict[str, str]) -> list[str]:
-        """``cmd`` as it runs in the jail (``cwd`` and ``env`` inside it)."""
+        """``cmd`` as it runs in the jail (``cwd`` and ``env`` inside it; ``/tmp`` a tmpfs of its own)."""
+        spec = self._spec() | {"cwd": str(Path(cwd).resolve()), "env": env}
+        return [*self._launch(spec), *cmd]
+
+    def prefix(self) -> list[str]:
+        """A command prefix that runs what follows it in a fresh jail of this rollout, each time with the caller's
+        cwd and environment; ``/tmp`` and the private folders are kept from one command to the next (a harness
+        that runs each agent command as its own process, such as mini-SWE-agent's local environment)."""
+        return self._launch(self.reusable_spec())
+
+    def reusable_spec(self) -> Path:
+        """The spec of :meth:`prefix` (for :func:`repro.execution.jail_init.enter`, which jails a forked process):
+        the caller's cwd and environment, ``/tmp`` and the private folders kept from one use to the next."""
+        tmp = self.folder / "tmp"
+        tmp.mkdir(exist_ok=True)
+        spec = self._spec() | {"reusable": True}
+        spec["private"]["/tmp"] = str(tmp)
+        return self._write_spec(spec)
+
+    def _spec(self) -> dict:
         spec = {"root": str(self.folder / "root"), "read_only": [*interpreter_paths(), *self.read_only],
-                "read_write": [str(Path(p).resolve()) for p in self.read_write], "cwd": str(Path(cwd).resolve()),
-                "env": env}
+                "read_write": [str(Path(p).resolve()) for p in self.read_write], "private": {}}
+        for index, path in enumerate(self.private):
+            source = self.folder / "private" / str(index)
+            source.mkdir(parents=True, exist_ok=True)
+            spec["private"][str(Path(path))] = str(source)
         if self.relay is not None:
             spec |= {"relay_socket": self.relay.path, "relay_port": self.relay.port}
             spec["read_write"].append(self.relay.path)
+        return spec
+
+    def _write_spec(self, spec: dict) -> Path:
         spec_file = self.folder / f"spec-{os.urandom(6).hex()}.json"
         spec_file.write_text(json.dumps(spec))
-        return [shutil.which("unshare") or "unshare", *NAMESPACES, sys.executable, "-I", str(INIT), str(spec_file),
-                "--", *cmd]
+        return spec_file
+
+    def _launch(self, spec: dict | Path) -> list[str]:
+        spec_file = spec if isinstance(spec, Path) else self._write_spec(spec)
+        return [shutil.which("unshare") or "unshare", *NAMESPACES, sys.executable, "-I", "-S", str(INIT),
+                str(spec_file), "--"]

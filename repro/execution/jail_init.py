@@ -19,6 +19,7 @@ import ctypes
 import fcntl
 import json
 import os
+import signal
 import socket
 import struct
 import sys
@@ -26,7 +27,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # SYS_pivot_root by machine (glibc exports no wrapper)
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -78,14 +80,22 @@ def build_root(spec: dict) -> Path:
     bound: list[Path] = []
     for path in SYSTEM_DIRS:
         bind(path, root, read_only=True, bound=bound)
+    private = spec.get("private", {})  # path in the jail -> the host folder behind it (kept across commands)
     for name in ("tmp", "run"):  # before the binds: a working copy under /tmp stays visible
         (root / name).mkdir(exist_ok=True)
-        mount("tmpfs", str(root / name), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        if f"/{name}" in private:
+            mount(private[f"/{name}"], str(root / name), None, MS_BIND | MS_REC)
+        else:
+            mount("tmpfs", str(root / name), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     by_depth = sorted(spec.get("read_only", []), key=lambda p: len(Path(p).resolve().parts))  # folders first
     for path in by_depth:
         bind(path, root, read_only=True, bound=bound)
     for path in spec.get("read_write", []):
         bind(path, root, read_only=False, bound=bound)
+    for target, source in private.items():
+        if target not in ("/tmp", "/run"):
+            (root / target.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            mount(source, str(root / target.lstrip("/")), None, MS_BIND | MS_REC)
     (root / "proc").mkdir(exist_ok=True)
     mount("proc", str(root / "proc"), "proc", MS_NOSUID | MS_NODEV)
     (root / "dev").mkdir(exist_ok=True)
@@ -93,7 +103,22 @@ def build_root(spec: dict) -> Path:
     for name in DEVICES:
         if Path(f"/dev/{name}").exists():
             bind(f"/dev/{name}", root, read_only=False, bound=bound)
+    mount_ptys(root)
     return root
+
+
+def mount_ptys(root: Path) -> None:
+    """Pseudo-terminals of the jail's own (a new devpts instance at ``/dev/pts``, ``/dev/ptmx`` into it): tmux and
+    terminal tools need them. A kernel that refuses devpts in a user namespace (before 4.7) leaves the jail
+    without, said on stderr."""
+    (root / "dev" / "pts").mkdir()
+    try:
+        mount("devpts", str(root / "dev" / "pts"), "devpts", MS_NOSUID | MS_NOEXEC,
+              "newinstance,ptmxmode=0666,mode=0620")
+    except OSError as exc:
+        sys.stderr.write(f"jail: no pseudo-terminals ({exc})\n")
+        return
+    (root / "dev" / "ptmx").symlink_to("pts/ptmx")
 
 
 def pivot(root: Path) -> None:
@@ -166,21 +191,56 @@ def serve_relay(server: socket.socket, connect: Callable[[], socket.socket]) -> 
             threading.Thread(target=pipe, args=(a, b), daemon=True).start()
 
 
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+PR_SET_PDEATHSIG = 1
+
+
+def enter(spec_file: str) -> None:
+    """Move this process into a new jail, as ``unshare`` and :func:`main` would put a command there, for a harness
+    that forks its rollouts from a warm process instead of starting a command: new namespaces (this process must be
+    single-threaded), the root, loopback and relay of the (reusable) spec. It returns in a child that is PID 1 of
+    the jail's PID namespace (it dies with this process); this process waits for it and exits as it did."""
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+    _check(_libc.unshare(flags), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        Path(f"/proc/self/{name}").write_text(text)
+    child = os.fork()
+    if child:
+        _, status = os.waitpid(child, 0)
+        if os.WIFSIGNALED(status):  # die of the same signal, so the caller sees what it would have seen
+            with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
+                signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+            os.kill(os.getpid(), os.WTERMSIG(status))
+        os._exit(os.waitstatus_to_exitcode(status))
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    spec = json.loads(Path(spec_file).read_text())
+    cwd = os.getcwd()
+    pivot(build_root(spec))
+    loopback_up()
+    if spec.get("relay_socket"):
+        relay(int(spec["relay_port"]), spec["relay_socket"])
+    os.chdir(cwd)
+
+
 def main(argv: list[str]) -> int:
     split = argv.index("--")
     spec_file, cmd = Path(argv[0]), argv[split + 1:]
     spec = json.loads(spec_file.read_text())
-    spec_file.unlink()
+    if not spec.get("reusable"):
+        spec_file.unlink()
+    cwd = spec.get("cwd") or os.getcwd()  # a reusable spec: the caller's cwd (bound at the same path)
     root = build_root(spec)
     pivot(root)
     loopback_up()
     if spec.get("relay_socket"):
         relay(int(spec["relay_port"]), spec["relay_socket"])
-    env = spec["env"]
+    env = spec["env"] if spec.get("env") is not None else dict(os.environ)  # reusable: the caller's environment
     child = os.fork()
     if child == 0:
         try:
-            os.chdir(spec["cwd"])
+            os.chdir(cwd)
             os.execvpe(cmd[0], cmd, env)
         except OSError as exc:
             sys.stderr.write(f"could not start {cmd[0]} in the jail: {exc}\n")

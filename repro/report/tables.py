@@ -27,6 +27,7 @@ from repro.report.engines import write_engine_tables
 from repro.report.eval_docker import write_eval_docker_tables
 from repro.report.eval_table import write_eval_tables
 from repro.report.harness_matrix import write_harness_matrix_tables
+from repro.report.jail_table import write_jail_overhead_tables
 from repro.report.loop_comparison import write_loop_comparison_tables
 from repro.report.records import failure_input, publish, read_records, records_of_outputs, table_input
 from repro.report.tokenizer_drift import write_tokenizer_drift_tables
@@ -152,6 +153,7 @@ WRITERS: dict[str, Callable[[list[dict[str, Any]], Path], list[Path]]] = {
     "eval_docker": write_eval_docker_tables,
     "engine_comparison": write_engine_tables,
     "harness_matrix": write_harness_matrix_tables,
+    "jail_overhead": write_jail_overhead_tables,
 }
 
 

@@ -102,9 +102,11 @@ def test_rollouts_run_concurrently_in_one_worker(harness: MiniSweAgentHarness, t
     assert {r.info["worker_pid"] for r in results + again} == set(pids)
 
 
-def test_worker_builds_the_agent_the_cli_builds(harness: MiniSweAgentHarness, tmp_path: Path) -> None:
-    """Same config files and options -> same resolved agent/model/environment config and same messages."""
-    with StubChatServer(tool_call_reply(write_own_id)) as stub:
+def test_worker_builds_the_agent_the_cli_builds(tmp_path: Path) -> None:
+    """Same config files and options -> same resolved agent/model/environment config and same messages (unjailed:
+    the ``mini`` one-shot path runs mini's own local environment)."""
+    harness = MiniSweAgentHarness(MiniSweAgentConfig(isolation="none"), state_dir=tmp_path / "state")
+    with StubChatServer(tool_call_reply(write_own_id)) as stub, harness:
         (pooled,) = harness.run(make_rollouts(tmp_path / "pool", stub.url, ["same"]), concurrency=1)
         cli_work = tmp_path / "cli" / "same" / "work"  # same layout as make_rollouts, under another root
         cli_work.mkdir(parents=True)
@@ -118,7 +120,7 @@ def test_worker_builds_the_agent_the_cli_builds(harness: MiniSweAgentHarness, tm
             timeout_s=120,
         )
     assert pooled.status == cli.status == "finished"
-    assert harness.identity() == asdict(cli.identity)
+    assert harness.identity() == asdict(cli.identity) | {"isolation": "none"}
     assert _comparable(Path(pooled.trajectory_path), tmp_path / "pool") == _comparable(
         cli.trajectory_path, tmp_path / "cli"
     )
@@ -152,7 +154,7 @@ def test_overrun_is_a_timeout_and_the_agent_stops(harness: MiniSweAgentHarness, 
     load that part raced once (mini started one more step before it saw the lowered wall-time limit), so it
     runs with ``-m slow`` until the watchdog stops the agent deterministically."""
     def command(rollout_id: str) -> str:
-        return "echo $$ > pid.txt && sleep 60" if rollout_id == "slow" else write_own_id(rollout_id)
+        return "echo $$ > pid.txt && sleep 60.1" if rollout_id == "slow" else write_own_id(rollout_id)
 
     with StubChatServer(tool_call_reply(command)) as stub:
         pids = harness.worker_pids()
@@ -160,8 +162,8 @@ def test_overrun_is_a_timeout_and_the_agent_stops(harness: MiniSweAgentHarness, 
         assert slow.status == "timeout", slow
         assert 3 <= slow.duration_s < 10
         assert quick.status == "finished"
-        shell = int((tmp_path / "slow" / "work" / "pid.txt").read_text())
-        assert _eventually(lambda: not _alive(shell)), "the timed-out rollout's command still runs"
+        assert (tmp_path / "slow" / "work" / "pid.txt").exists()
+        assert _eventually(lambda: not _sleeping("60.1")), "the timed-out rollout's command still runs"
         if strict:
             trajectory = Path(tmp_path / "slow" / "out" / "trajectory.traj.json")
             assert _eventually(lambda: json.loads(trajectory.read_text())["info"]["exit_status"] == "TimeExceeded")
@@ -171,7 +173,7 @@ def test_overrun_is_a_timeout_and_the_agent_stops(harness: MiniSweAgentHarness, 
 
 def test_killed_worker_crashes_its_rollouts_and_is_restarted(harness: MiniSweAgentHarness, tmp_path: Path) -> None:
     def command(rollout_id: str) -> str:
-        return "echo $$ > pid.txt && sleep 60" if rollout_id.startswith("k") else write_own_id(rollout_id)
+        return "echo $$ > pid.txt && sleep 60.2" if rollout_id.startswith("k") else write_own_id(rollout_id)
 
     with StubChatServer(tool_call_reply(command)) as stub:
         (old_pid,) = harness.worker_pids()
@@ -187,8 +189,7 @@ def test_killed_worker_crashes_its_rollouts_and_is_restarted(harness: MiniSweAge
         (crashed,) = outcome
         assert [r.status for r in crashed] == ["crashed"] * 3
         assert all(f"pid {old_pid} exited with code -9" in r.reason for r in crashed), crashed[0].reason
-        shells = [int((tmp_path / i / "work" / "pid.txt").read_text()) for i in ids]
-        assert _eventually(lambda: not any(_alive(pid) for pid in shells)), "orphaned agent commands still run"
+        assert _eventually(lambda: not _sleeping("60.2")), "orphaned agent commands still run"
         (after,) = harness.run(make_rollouts(tmp_path / "after", stub.url, ["after"]), concurrency=1)
     assert (after.status, after.exit_status) == ("finished", "Submitted")
     assert harness.n_worker_starts == starts + 1
@@ -196,7 +197,7 @@ def test_killed_worker_crashes_its_rollouts_and_is_restarted(harness: MiniSweAge
 
 
 def test_silent_worker_is_killed_after_the_grace(strict_harness: MiniSweAgentHarness, tmp_path: Path) -> None:
-    with StubChatServer(tool_call_reply(lambda rollout_id: "echo $$ > pid.txt && sleep 60")) as stub:
+    with StubChatServer(tool_call_reply(lambda rollout_id: "echo $$ > pid.txt && sleep 60.3")) as stub:
         (old_pid,) = strict_harness.worker_pids()
         outcome: list[list[HarnessResult]] = []
         rollouts = make_rollouts(tmp_path, stub.url, ["frozen"], timeout_s=2)
@@ -208,7 +209,7 @@ def test_silent_worker_is_killed_after_the_grace(strict_harness: MiniSweAgentHar
         ((frozen,),) = outcome
         assert frozen.status == "timeout" and "no report 1 s after the 2 s timeout" in frozen.reason, frozen
         assert not _alive(old_pid)
-        assert _eventually(lambda: not _alive(int((tmp_path / "frozen" / "work" / "pid.txt").read_text())))
+        assert _eventually(lambda: not _sleeping("60.3"))
 
 
 def test_worker_with_stuck_threads_is_replaced_when_idle(strict_harness: MiniSweAgentHarness, tmp_path: Path) -> None:
@@ -236,6 +237,15 @@ def _eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> bool:
     return False
 
 
+def _sleeping(seconds: str) -> bool:
+    """Whether an agent command ``sleep <seconds>`` still runs (found by its command line: a jailed command's ``$$``
+    is a pid of its own namespace)."""
+    for process in psutil.process_iter(["cmdline", "status"]):
+        if process.info["cmdline"] == ["sleep", seconds] and process.info["status"] != psutil.STATUS_ZOMBIE:
+            return True
+    return False
+
+
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -258,3 +268,20 @@ def test_a_rollouts_env_reaches_the_agents_commands(harness: MiniSweAgentHarness
     assert [r.status for r in results] == ["finished", "finished"]
     assert (tmp_path / "env0" / "work" / "out.txt").read_text() == "task-python\n"
     assert (tmp_path / "env1" / "work" / "out.txt").read_text() != "task-python\n"
+
+
+def test_a_jailed_command_past_its_timeout_reads_as_the_agents_own(tmp_path: Path) -> None:
+    """Jailed (the default), a command past mini's command timeout is killed and the agent's observation quotes its
+    own command, not the jail's prefix (``mini_swe_agent_jailed``); the trajectory names the jailed environment."""
+    cfg = MiniSweAgentConfig(command_timeout_s=1, step_limit=2)
+    with MiniSweAgentHarness(cfg, state_dir=tmp_path / "state") as pool:
+        if pool.identity()["isolation"] != "jail":
+            pytest.skip("no jail on this machine")
+        with StubChatServer(tool_call_reply("sleep 30.4")) as stub:
+            (result,) = pool.run(make_rollouts(tmp_path, stub.url, ["slow"]), concurrency=1)
+    trajectory = json.loads(Path(result.trajectory_path).read_text())
+    observation = next(m for m in trajectory["messages"] if m["role"] == "tool")["content"]
+    assert "sleep 30.4" in observation and "timed out" in observation
+    assert "unshare" not in observation and "jail_init" not in observation
+    assert trajectory["info"]["config"]["environment_type"] == "repro_mswea_jailed.JailedLocalEnvironment"
+    assert not _sleeping("30.4")

@@ -8,12 +8,16 @@ attempts go to this machine's loopback only."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,13 +25,15 @@ from harness_adapters.command import CommandConfig
 from harness_adapters.registry import get_harness
 from repro.execution.jail import jail_available
 from repro.protocols import HarnessRollout
+from repro.sandbox.local import LocalSandbox
+from repro.tasks.schema import Task
 from tests.support import RunningProxy, calc_task, make_calc_repo, make_sandbox
 
 REQUIRED = os.environ.get("REPRO_REQUIRE_ISOLATION") == "1"
 
 AGENT = r'''
 import glob, json, os, socket, subprocess, sys, urllib.request
-t = json.loads(os.environ["REDTEAM_TARGETS"])
+t = json.loads(os.environ.get("REDTEAM_TARGETS") or TARGETS)
 found, gold = {}, None
 
 def read(path):
@@ -67,13 +73,14 @@ for environ in glob.glob("/proc/[0-9]*/environ"):
     if "HOST_SECRET=" + t["env_marker"] in (read(environ) or ""):
         found["proc_environ"] = environ
 for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
-    if t["cmdline_marker"] in (read(cmdline) or ""):
+    text = read(cmdline) or ""
+    if t["cmdline_marker"] in text and "cmdline_marker" not in text:  # not its own shell, given this program
         found["proc_cmdline"] = cmdline
-root = os.environ["OPENAI_BASE_URL"].split("/rollouts/")[0]
-mine = os.environ["OPENAI_BASE_URL"]
-cap = mine.rstrip("/").split("/")[-2]
+mine = os.environ.get("OPENAI_BASE_URL")  # what a harness that calls the model from the agent's process gives it
+root = mine.split("/rollouts/")[0] if mine else t["proxy_root"]
+cap = mine.rstrip("/").split("/")[-2] if mine else "0" * 32
 chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-own = post(mine + "/chat/completions", chat)
+own = post(mine + "/chat/completions", chat) if mine else None
 for name, url, body, headers in [
         ("finish", f"{root}/rollouts/{t['me']}/finish", {"status": "finished", "reward": 1.0}, ()),
         ("finish_with_key", f"{root}/rollouts/{t['me']}/finish", {"reward": 1.0}, [("Authorization", "Bearer " + cap)]),
@@ -97,7 +104,17 @@ if gold:
     done = subprocess.run(["git", "apply"], input=gold, text=True, capture_output=True)
     found["applied_gold_patch"] = done.returncode == 0
 print(json.dumps({"found": found, "own_model_call": own}))
+if t.get("report"):
+    with open(t["report"], "w") as f:
+        json.dump({"found": found, "own_model_call": own}, f)
 '''
+REPORT = ".redteam-report.json"  # where an agent driven by a model's commands leaves its report (its working copy)
+
+
+def agent_program(targets: dict | None = None) -> str:
+    """The red-team agent's program; ``targets`` written into it (an agent whose commands come from the model),
+    else read from ``REDTEAM_TARGETS``."""
+    return AGENT.replace("TARGETS)", repr(json.dumps(targets)) + ")" if targets else "'')", 1)
 
 
 @pytest.fixture
@@ -109,8 +126,23 @@ def isolation_here() -> None:
         pytest.skip(f"no jail here: {why}")
 
 
-def _attack(tmp_path: Path, proxy: RunningProxy, upstream_url: str, isolation: str) -> tuple[dict, bool]:
-    """One rollout of the red-team agent; (what it reported, whether its task resolved)."""
+@dataclass
+class Scene:
+    """What the red team is set loose on: the calc task in a local sandbox, its row (gold patch included) in a task
+    file outside the working copy, another rollout's working copy, a host process with a secret in its environment
+    and command line, another listening port, the model server and the proxy."""
+
+    task: Task
+    sandbox: LocalSandbox
+    workspace: Any
+    targets: dict[str, Any]
+
+    def resolved(self) -> bool:
+        return self.sandbox.grade(self.task, self.workspace).outcome == "resolved"
+
+
+@contextlib.contextmanager
+def scene(tmp_path: Path, proxy: RunningProxy, upstream_url: str) -> Iterator[Scene]:
     repos, root = tmp_path / "repos", tmp_path / "workspaces"
     base, with_test, gold, test_patch = make_calc_repo(repos / "acme__calc")
     task = calc_task(repos, base, with_test, gold, test_patch)
@@ -128,28 +160,34 @@ def _attack(tmp_path: Path, proxy: RunningProxy, upstream_url: str, isolation: s
     host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", marker],
                             env={"PATH": os.defpath, "HOST_SECRET": marker})  # another process on the host
     try:
-        base_url = proxy.new_rollout("red")
-        proxy.new_rollout("victim")
         targets = {"task_file": str(tasks_file), "statement": task.problem_statement, "me": "red",
                    "victim": "victim", "other_workspace": str(other.path), "workspace_root": str(root),
                    "env_marker": marker, "cmdline_marker": marker, "upstream": upstream_url,
-                   "other_port": listener.getsockname()[1]}
-        agent = tmp_path / "agent" / "red_team.py"  # the agent's program: bound read-only into its jail
-        agent.parent.mkdir()
-        agent.write_text(AGENT)
-        cfg = CommandConfig(command=[sys.executable, str(agent)], isolation=isolation,
-                            env={"REDTEAM_TARGETS": json.dumps(targets).replace("{", "{{").replace("}", "}}")})
-        rollout = HarnessRollout("red", task, workspace.path, base_url, "m", tmp_path / "out", 120.0,
-                                 env=workspace.command_env)
-        with get_harness("command", cfg) as harness:
-            (result,) = harness.run([rollout], concurrency=1)
-        assert result.status == "finished", result.reason
-        report = json.loads((tmp_path / "out" / "stdout.log").read_text().strip().splitlines()[-1])
-        return report, sandbox.grade(task, workspace).outcome == "resolved"
+                   "other_port": listener.getsockname()[1], "proxy_root": proxy.url}
+        yield Scene(task, sandbox, workspace, targets)
     finally:
         host.kill()
         host.wait()
         listener.close()
+
+
+def _attack(tmp_path: Path, proxy: RunningProxy, upstream_url: str, isolation: str) -> tuple[dict, bool]:
+    """One rollout of the red-team agent as ``harness=command``; (what it reported, whether its task resolved)."""
+    with scene(tmp_path, proxy, upstream_url) as s:
+        base_url = proxy.new_rollout("red")
+        proxy.new_rollout("victim")
+        agent = tmp_path / "agent" / "red_team.py"  # the agent's program: bound read-only into its jail
+        agent.parent.mkdir()
+        agent.write_text(agent_program())
+        cfg = CommandConfig(command=[sys.executable, str(agent)], isolation=isolation,
+                            env={"REDTEAM_TARGETS": json.dumps(s.targets).replace("{", "{{").replace("}", "}}")})
+        rollout = HarnessRollout("red", s.task, s.workspace.path, base_url, "m", tmp_path / "out", 120.0,
+                                 env=s.workspace.command_env)
+        with get_harness("command", cfg) as harness:
+            (result,) = harness.run([rollout], concurrency=1)
+        assert result.status == "finished", result.reason
+        report = json.loads((tmp_path / "out" / "stdout.log").read_text().strip().splitlines()[-1])
+        return report, s.resolved()
 
 
 def test_the_jailed_red_team_agent_recovers_nothing_and_resolves_nothing(tmp_path: Path, proxy: RunningProxy,

@@ -1,0 +1,90 @@
+"""The jail's building blocks on this machine: a reusable spec (:meth:`Jail.prefix`, mini-SWE-agent 2.x's commands)
+keeps a rollout's ``/tmp`` and HOME across its commands and runs each with the caller's cwd and environment, while
+another rollout's jail and the host's ``/tmp`` stay out of sight; ``jail_init.enter`` jails a forked process (1.x's
+fork server); pseudo-terminals exist inside. Controls: the same reads succeed outside the jail."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from repro.execution.jail import INIT, Jail, jail_available
+
+pytestmark = pytest.mark.skipif(jail_available() is not None, reason=f"no jail here: {jail_available()}")
+
+
+def _sh(prefix: list[str], command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``command`` as mini's local environment runs it behind the jail's prefix (``shell=True``)."""
+    return subprocess.run(shlex.join([*prefix, "/bin/sh", "-c", command]), shell=True, cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_reusable_jail_keeps_its_tmp_and_home_and_sees_nothing_else(tmp_path: Path) -> None:
+    host_secret = tmp_path / "host-secret.txt"
+    host_secret.write_text("gold")
+    work, other_work, home = tmp_path / "work", tmp_path / "other", str(tmp_path / "shared-home")
+    work.mkdir()
+    other_work.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": home, "MARK": "from-the-caller"}
+    with Jail(read_write=[str(work)], private=[home]) as jail, \
+            Jail(read_write=[str(other_work)], private=[home]) as other:
+        prefix, other_prefix = jail.prefix(), other.prefix()
+        first = _sh(prefix, "echo kept > /tmp/note; echo mine > ~/h; echo edit > file.txt; pwd; echo $MARK", work, env)
+        second = _sh(prefix, f"cat /tmp/note ~/h; cat {host_secret} 2>&1; ls {other_work} 2>&1", work, env)
+        foreign = _sh(other_prefix, "cat /tmp/note ~/h 2>&1; echo $$", other_work, env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == [str(work), "from-the-caller"]  # the caller's cwd and environment
+    assert (work / "file.txt").read_text() == "edit\n"  # the working copy is shared with the host
+    assert second.stdout.splitlines()[:2] == ["kept", "mine"]  # /tmp and HOME kept across commands
+    assert "No such file" in second.stdout and "gold" not in second.stdout  # the host's files are not there
+    assert "kept" not in foreign.stdout and "mine" not in foreign.stdout  # another rollout's jail: its own
+    assert foreign.stdout.split()[-1] == "2"  # a PID namespace of its own (init is 1)
+    assert not (Path(home) / "h").exists() and host_secret.read_text() == "gold"
+    control = subprocess.run(["cat", str(host_secret)], capture_output=True, text=True)  # outside: readable
+    assert control.stdout == "gold"
+
+
+ENTER = """
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("jail_init", sys.argv[1])
+module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+module.enter(sys.argv[2])
+import pty
+seen = {"pid": os.getpid(), "cwd": os.getcwd(), "secret": os.path.exists(sys.argv[3]), "pty": len(pty.openpty())}
+open("seen.json", "w").write(json.dumps(seen))
+"""
+
+
+def test_enter_jails_a_running_process_and_returns_in_pid_1(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("gold")
+    work = tmp_path / "work"
+    work.mkdir()
+    with Jail(read_write=[str(work)]) as jail:
+        done = subprocess.run([sys.executable, "-c", ENTER, str(INIT), str(jail.reusable_spec()), str(secret)],
+                              cwd=work, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((work / "seen.json").read_text()) == {"pid": 1, "cwd": str(work), "secret": False, "pty": 2}
+
+
+def test_enter_passes_on_how_the_jailed_process_ended(tmp_path: Path) -> None:
+    """Killed from the host (as a harness's timeout kills it), the jailed process's end is its parent's: -9."""
+    head = ENTER.split("import pty")[0]
+    with Jail(read_write=[str(tmp_path)]) as jail:
+        spec = str(jail.reusable_spec())
+        exited = subprocess.run([sys.executable, "-c", f"{head}\nsys.exit(7)", str(INIT), spec, "x"], cwd=tmp_path,
+                                timeout=60)
+        sleeper = subprocess.Popen([sys.executable, "-c", f"{head}\nimport time\ntime.sleep(60)", str(INIT), spec,
+                                    "x"], cwd=tmp_path)
+        deadline = time.monotonic() + 30
+        while not (jailed := psutil.Process(sleeper.pid).children()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        jailed[0].kill()
+        assert (exited.returncode, sleeper.wait(timeout=30)) == (7, -9)
