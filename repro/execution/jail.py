@@ -41,6 +41,24 @@ def jail_available() -> str | None:
         return f"unshare failed: {exc}"
     if done.returncode != 0:
         return f"user namespaces are not allowed here ({done.stderr.strip()[:200]})"
+    return _trial_jail()
+
+
+def _trial_jail() -> str | None:
+    """None when a whole jail comes up (its mounts, ``pivot_root``, loopback: a kernel or security module may allow
+    the namespaces and refuse these, e.g. AppArmor's userns restriction), else its error."""
+    work = Path(tempfile.mkdtemp(prefix="repro-jail-trial-"))
+    try:
+        with Jail(read_write=[str(work)]) as jail:
+            done = subprocess.run(jail.command(["/bin/sh", "-c", "test -w ."], work, {"PATH": os.defpath}),
+                                  capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"a trial jail failed: {exc}"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        return f"a trial jail failed (exit {done.returncode}): {lines[-1][:200] if lines else 'no output'}"
     return None
 
 

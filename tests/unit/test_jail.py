@@ -88,3 +88,16 @@ def test_enter_passes_on_how_the_jailed_process_ended(tmp_path: Path) -> None:
             time.sleep(0.05)
         jailed[0].kill()
         assert (exited.returncode, sleeper.wait(timeout=30)) == (7, -9)
+
+
+def test_a_machine_that_allows_namespaces_but_refuses_the_jails_mounts_has_no_jail(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """``jail_available`` tries a whole jail, not only ``unshare``: where the mounts are refused (as under AppArmor's
+    user-namespace restriction) it names the error. Control: the real init comes up here."""
+    import repro.execution.jail as jail_module
+
+    assert jail_module._trial_jail() is None
+    refusing = tmp_path / "init.py"
+    refusing.write_text("import sys; sys.stderr.write('mount none -> /: Operation not permitted\\n'); sys.exit(1)\n")
+    monkeypatch.setattr(jail_module, "INIT", refusing)
+    assert jail_module._trial_jail() == "a trial jail failed (exit 1): mount none -> /: Operation not permitted"
