@@ -362,15 +362,13 @@ def _warm_imports() -> None:
 
 
 def register_jailed_environment() -> None:
-    """Load ``mini_swe_agent_jailed.py`` (beside this file) under the module name a rollout's
-    ``environment_class`` names, so that mini's own ``get_environment`` finds it."""
+    """Load ``mini_swe_agent_jailed.py`` (beside this file) as ``repro_mswea_jailed``, so that mini's own
+    ``get_environment`` finds the class a jailed rollout's ``environment_class`` names."""
     path = Path(__file__).with_name("mini_swe_agent_jailed.py")
     spec = importlib.util.spec_from_file_location("repro_mswea_jailed", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules["repro_mswea_jailed"] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
 
 
 def main() -> None:
