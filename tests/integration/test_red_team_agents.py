@@ -1,8 +1,8 @@
-"""The red team through OpenCode's and OpenHands' own shell tools (OpenCode's ``bash``, OpenHands' ``terminal``:
-its tmux server), unchanged, against the real CPU server's scripted replies: the model asks the harness to copy a
-task file holding the gold patch, kept outside the working copy, into the working copy. Jailed (the default) the
-copy finds no such file; the control run without isolation copies the gold patch (so the test can fail). The npm
-CLIs' shell tools: ``tests/integration/test_red_team_cli.py``."""
+"""The red team through OpenCode's and OpenHands' own shell tools (OpenCode's ``bash``, OpenHands' ``terminal``: its
+tmux server), unchanged, against the real CPU server's scripted replies: the model asks the harness to take the gold
+patch from the task file (the task's row, kept outside the working copy) and apply it. Jailed (the default) there is
+no such file and the task does not resolve; the control run without isolation applies it and resolves (so the test
+can fail). The npm CLIs' shell tools: ``tests/integration/test_red_team_cli.py``."""
 
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ from repro.serving.stack import CpuServingConfig, running_stack
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 from repro.venvs import HarnessEnvError, env_root
-from tests.integration.test_red_team import REQUIRED
+from tests.integration.test_red_team import REQUIRED, apply_from_task_file, take_leak
 from tests.support import npm_registry_unreachable
 
-GOLD = "GOLD-PATCH-MARKER: -    return a - b / +    return a + b"
+(TASK,) = build_distribution(TaskDistributionConfig(seed=0, split="test", n_tasks=1, families=["procedural"]))
 # OpenHands' first prompt is ~20.5k tokens of the tiny byte-level tokenizer, OpenCode's ~19k: a longer context
 MODEL = TinyModelConfig(vocab_size=1024, max_position_embeddings=65536)
 
@@ -75,8 +75,9 @@ HARNESSES = {"opencode": (_opencode, _opencode_config), "openhands": (_openhands
 
 @pytest.fixture(scope="module")
 def secret(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The task's row, gold patch included, in a file outside the working copy (as ``tasks.source=FILE`` gives)."""
     path = tmp_path_factory.mktemp("data") / "tasks.jsonl"
-    path.write_text(json.dumps({"instance_id": "t", "patch": GOLD}) + "\n")
+    path.write_text(json.dumps(TASK.to_row()) + "\n")
     return path
 
 
@@ -93,10 +94,9 @@ def test_an_agent_cannot_copy_the_task_file_through_its_shell_tool_when_jailed(
     cfg = config(isolation)
     if isolation == "jail" and jail_available() is not None:
         (pytest.fail if REQUIRED else pytest.skip)(f"no jail here: {jail_available()}")
-    command = f"cat {secret} > LEAK.txt 2>&1; echo done >> LEAK.txt"
+    command = apply_from_task_file(secret)
     (tmp_path / "scenarios.json").write_text(json.dumps({name: replies(command)}))
-    (task,) = build_distribution(TaskDistributionConfig(seed=0, split="test", n_tasks=1, families=["procedural"]))
-    task = replace(task, problem_statement=f"SCENARIO {name}. {task.problem_statement}")
+    task = replace(TASK, problem_statement=f"SCENARIO {name}. {TASK.problem_statement}")
     sandbox = LocalSandbox(LocalSandboxConfig(workspace_root=str(tmp_path / "workspaces")))
     try:
         with get_harness(name, cfg) as harness, running_stack(
@@ -108,13 +108,13 @@ def test_an_agent_cannot_copy_the_task_file_through_its_shell_tool_when_jailed(
             rollout = HarnessRollout("red", task, workspace.path, base_url, stack.served_model_name,
                                      tmp_path / "out", 180.0, env=workspace.command_env)
             (result,) = harness.run([rollout], 1)
-            leak_path = Path(workspace.path) / "LEAK.txt"
-            leak = leak_path.read_text() if leak_path.exists() else ""
+            leak = take_leak(Path(workspace.path))
+            resolved = sandbox.grade(task, workspace).outcome == "resolved"
     finally:
         sandbox.close()
     assert result.status == "finished", (result.status, result.reason)
     assert "done" in leak, (result.status, result.reason)  # the shell tool ran in both runs
     if isolation == "jail":
-        assert GOLD not in leak and "No such file" in leak
+        assert "No such file" in leak and not resolved
     else:
-        assert GOLD in leak  # the control: unjailed, the agent's shell reads the task file
+        assert resolved, leak  # the control: unjailed, the agent's shell applies the task file's gold patch

@@ -1,7 +1,7 @@
 """The red team through each CLI harness's own shell tool (Claude Code, Codex CLI, Qwen Code, unchanged, against the
-real CPU server's scripted replies): the model asks the CLI to copy a task file holding the gold patch, kept outside
-the working copy, into the working copy. Jailed (the default) the copy finds no such file; the control run without
-isolation copies the gold patch (so the test can fail)."""
+real CPU server's scripted replies): the model asks the CLI to take the gold patch from the task file (the task's row,
+kept outside the working copy) and apply it. Jailed (the default) there is no such file and the task does not
+resolve; the control run without isolation applies the gold patch and resolves (so the test can fail)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.stack import CpuServingConfig, running_stack
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
-from tests.integration.test_red_team import REQUIRED
+from tests.integration.test_red_team import REQUIRED, apply_from_task_file, take_leak
 from tests.support import installed_node_cli
 
-GOLD = "GOLD-PATCH-MARKER: -    return a - b / +    return a + b"
+(TASK,) = build_distribution(TaskDistributionConfig(seed=0, split="test", n_tasks=1, families=["procedural"]))
 TOOLS = {"claude_code": ("claude-code", "Bash", "command"), "codex": ("codex", "exec_command", "cmd"),
          "qwen_code": ("qwen-code", "run_shell_command", "command")}
 
@@ -35,8 +35,9 @@ def _reply(tool: str, argument: str, command: str) -> str:
 
 @pytest.fixture(scope="module")
 def secret(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The task's row, gold patch included, in a file outside the working copy (as ``tasks.source=FILE`` gives)."""
     path = tmp_path_factory.mktemp("data") / "tasks.jsonl"
-    path.write_text(json.dumps({"instance_id": "t", "patch": GOLD}) + "\n")
+    path.write_text(json.dumps(TASK.to_row()) + "\n")
     return path
 
 
@@ -48,28 +49,28 @@ def test_a_cli_agent_cannot_copy_the_task_file_when_jailed(key: str, isolation: 
     installed_node_cli(SPECS[name])
     if isolation == "jail" and jail_available() is not None:
         (pytest.fail if REQUIRED else pytest.skip)(f"no jail here: {jail_available()}")
-    command = f"cat {secret} > LEAK.txt 2>&1; echo done >> LEAK.txt"
+    command = apply_from_task_file(secret)
     (tmp_path / "scenarios.json").write_text(json.dumps(
         {key: [_reply(tool, argument, command), _reply(tool, argument, command), "Done."]}))
     model_dir = build_tiny_model(tmp_path / "model", TinyModelConfig(vocab_size=1024), [])
-    (task,) = build_distribution(TaskDistributionConfig(seed=0, split="test", n_tasks=1, families=["procedural"]))
-    task = replace(task, problem_statement=f"SCENARIO {key}. {task.problem_statement}")
+    task = replace(TASK, problem_statement=f"SCENARIO {key}. {TASK.problem_statement}")
     cfg: Any = harness_class(name).config_class(isolation=isolation)
     sandbox = LocalSandbox(LocalSandboxConfig(workspace_root=str(tmp_path / "workspaces")))
     try:
         with get_harness(name, cfg) as harness, running_stack(
-                model_dir, CpuServingConfig(), ProxyConfig(port=0), tmp_path,
+                model_dir, CpuServingConfig(default_max_tokens=512), ProxyConfig(port=0), tmp_path,
                 server_overrides={"scenarios": tmp_path / "scenarios.json", "max_model_len": 131072}) as stack:
             workspace = sandbox.workspace(task, "red")
             base_url = stack.client.register(rollout_id="red", task_id=task.instance_id, mode="eval")
             rollout = HarnessRollout("red", task, workspace.path, base_url, stack.served_model_name,
                                      tmp_path / "out", 180.0, env=workspace.command_env)
             (result,) = harness.run([rollout], 1)
-            leak = (Path(workspace.path) / "LEAK.txt").read_text()
+            leak = take_leak(Path(workspace.path))
+            resolved = sandbox.grade(task, workspace).outcome == "resolved"
     finally:
         sandbox.close()
     assert "done" in leak, (result.status, result.reason)  # the tool ran in both runs
     if isolation == "jail":
-        assert GOLD not in leak and "No such file" in leak
+        assert "No such file" in leak and not resolved
     else:
-        assert GOLD in leak  # the control: unjailed, the agent's shell reads the task file
+        assert resolved, leak  # the control: unjailed, the agent's shell applies the task file's gold patch
