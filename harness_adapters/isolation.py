@@ -19,6 +19,10 @@ from repro.execution.jail_init import SYSTEM_DIRS
 from repro.protocols import HarnessRollout
 
 ISOLATION_MODES = ("auto", "jail", "none")
+# Where the working copy is in the jail of a harness that knows it only as the commands' cwd (mini-SWE-agent): the
+# same path in every run (what the agent sees, e.g. pytest's rootdir, does not depend on a temp folder's name) and
+# the path a task container has it at.
+JAIL_WORKDIR = "/testbed"
 _said: set[str] = set()
 
 
@@ -67,24 +71,27 @@ def environment_paths(env: dict[str, str], cmd: Sequence[str]) -> list[str]:
 @contextlib.contextmanager
 def rollout_jail(mode: str, rollout: HarnessRollout, out: Path, env: dict[str, str], cmd: Sequence[str],
                  read_only: Sequence[str] = (), private: Sequence[str] = (),
-                 read_write: Sequence[str] = ()) -> Iterator[Jail | None]:
+                 read_write: Sequence[str] = (), workdir_at: str | None = None) -> Iterator[Jail | None]:
     """The rollout's jail (None when ``mode`` resolves to ``none``), its relay reaching the proxy of the rollout's
     base URL; ``private``: folders of its own (such as a HOME shared by the harness's rollouts outside);
-    ``read_write``: more folders it shares with the host besides the working copy and output folder."""
+    ``read_write``: more folders it shares with the host besides the working copy and output folder;
+    ``workdir_at``: where the working copy is in the jail (default: its own path)."""
     if resolve_isolation(mode) == "none":
         yield None
         return
     parts = urlsplit(rollout.base_url)
-    jail = Jail(read_write=[str(Path(rollout.workdir).resolve()), str(Path(out).resolve()), *read_write],
+    workdir = str(Path(rollout.workdir).resolve())
+    jail = Jail(read_write=[*([] if workdir_at else [workdir]), str(Path(out).resolve()), *read_write],
                 read_only=[*environment_paths(env, cmd), *read_only],
-                proxy_url=f"{parts.scheme}://{parts.hostname}:{parts.port or 80}", private=list(private))
+                proxy_url=f"{parts.scheme}://{parts.hostname}:{parts.port or 80}", private=list(private),
+                moved={workdir: workdir_at} if workdir_at else {})
     with jail:
         yield jail
 
 
 def commands_jail(rollout: HarnessRollout, env: dict[str, str]) -> Jail:
     """A jail for the agent's commands alone, the harness process staying outside (mini-SWE-agent runs each
-    command as its own process): the working copy read-write, the programs on the commands' ``PATH`` read-only, a
-    private ``/tmp`` and HOME kept across commands (:meth:`Jail.prefix`), no network. Enter it to use it."""
-    return Jail(read_write=[str(Path(rollout.workdir).resolve())], read_only=environment_paths(env, []),
-                private=[env["HOME"]] if env.get("HOME") else [])
+    command as its own process): the working copy read-write at :data:`JAIL_WORKDIR`, the programs on the commands'
+    ``PATH`` read-only, a private ``/tmp`` and HOME, no network. Enter it, then :meth:`Jail.hold` it."""
+    return Jail(read_write=[], moved={str(Path(rollout.workdir).resolve()): JAIL_WORKDIR},
+                read_only=environment_paths(env, []), private=[env["HOME"]] if env.get("HOME") else [])

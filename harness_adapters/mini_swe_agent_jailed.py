@@ -1,8 +1,9 @@
 """mini-SWE-agent's own ``LocalEnvironment`` with every command run in the rollout's jail
-(:mod:`repro.execution.jail`): the configured ``jail`` prefix (``unshare ... jail_init.py SPEC --``) goes before
-``/bin/sh -c <command>``, and everything else is mini's: the cwd, the environment (its process's plus
-``environment.env``), the timeout that kills the command's process group, the output and the submission check.
-A timeout's message names the agent's command, not the prefix, so the agent sees what it would see unjailed.
+(:mod:`repro.execution.jail`): the configured ``jail`` prefix (``nsenter`` into the rollout's jail, held for the
+rollout, in its working copy at ``/testbed``) goes before ``/bin/sh -c <command>``, and everything else is mini's:
+the environment (its process's plus ``environment.env``), the timeout that kills the command's process group, the
+output and the submission check. A timeout's message names the agent's command, not the prefix, so the agent sees
+what it would see unjailed.
 
 Loaded by the mini-SWE-agent worker (standard library and ``minisweagent`` only, never ``repro``) under
 :data:`MODULE_NAME`, and chosen through mini's own setting ``environment_class`` (:data:`CLASS_PATH`).

@@ -262,7 +262,7 @@ class MiniSweAgentHarness:
             return None
         jail = commands_jail(rollout, self._proc_env | dict(rollout.env or {})).__enter__()
         self._jails[rollout.rollout_id] = jail
-        return jail.prefix()
+        return jail.hold(Path(rollout.workdir))
 
     def _release_jail(self, rollout_id: str) -> None:
         jail = self._jails.pop(rollout_id, None)

@@ -57,7 +57,7 @@ from typing import Any
 import yaml
 
 from harness_adapters.forked import ForkServer
-from harness_adapters.isolation import resolve_isolation, rollout_jail
+from harness_adapters.isolation import JAIL_WORKDIR, resolve_isolation, rollout_jail
 from harness_adapters.mini_swe_agent import (
     CONFIG_NAMES,
     NAME,
@@ -179,9 +179,9 @@ class MiniSweAgentV1Harness(PerRolloutHarness):
     def run_config(self, rollout: HarnessRollout) -> dict[str, Any]:
         """The single config file ``mini`` gets for ``rollout``: base + settings + rollout overlay; in a container,
         mini's SWE-bench config (its runner's templates and environment block) + settings + the container."""
-        if rollout.container is None:
-            return merge_configs(self._base, rollout_overlay(rollout.base_url, Path(rollout.workdir).resolve(),
-                                                             rollout.env))
+        if rollout.container is None:  # jailed, the working copy is at JAIL_WORKDIR in the jail
+            workdir = Path(JAIL_WORKDIR) if self._isolation == "jail" else Path(rollout.workdir).resolve()
+            return merge_configs(self._base, rollout_overlay(rollout.base_url, workdir, rollout.env))
         overlay = {"model": {"model_kwargs": {"api_base": rollout.base_url}}}
         block = dict(self._container_base.get("environment") or {})
         return merge_configs(self._container_base, overlay, container_overlay(rollout.container, block))
@@ -219,10 +219,11 @@ class MiniSweAgentV1Harness(PerRolloutHarness):
             return run_in_session(cmd, workdir, self._proc_env, output_dir, rollout.timeout_s, stdin=self._answers)
         env = self._proc_env | dict(rollout.env or {})
         own = [str(self._env.root), *interpreter_paths(str(self._env.python)), str(self._answers)]
-        with rollout_jail(self._isolation, rollout, output_dir, env, cmd, own, [self._proc_env["HOME"]]) as jail:
+        with rollout_jail(self._isolation, rollout, output_dir, env, cmd, own, [self._proc_env["HOME"]],
+                          workdir_at=JAIL_WORKDIR) as jail:
             if self._forks is not None:
-                spec = jail.reusable_spec() if jail is not None else None
-                return self._forks.run(cmd, workdir, output_dir, rollout.timeout_s, stdin=self._answers, jail=spec)
+                spec, cwd = (jail.reusable_spec(), Path(JAIL_WORKDIR)) if jail is not None else (None, workdir)
+                return self._forks.run(cmd, cwd, output_dir, rollout.timeout_s, stdin=self._answers, jail=spec)
             return run_in_session(cmd, workdir, self._proc_env, output_dir, rollout.timeout_s, stdin=self._answers,
                                   jail=jail)
 

@@ -3,8 +3,8 @@
 - **primitives**: starting ``/bin/true`` in a fresh jail (namespaces, the new root, ``/proc``) against running it
   directly, and one HTTP fetch from inside a jail through its relay against the same fetch from the host;
 - **mini-SWE-agent** (the default harness, its local environment): whole rollouts of the real mini-SWE-agent
-  2.x pool whose every command runs jailed (``harness.isolation=jail``, one jail per command behind
-  :meth:`Jail.prefix`) against the same rollouts unjailed, each rollout ``steps`` commands answered by a
+  2.x pool whose every command runs jailed (``harness.isolation=jail``: one jail per rollout, :meth:`Jail.hold`,
+  each command entering it) against the same rollouts unjailed, each rollout ``steps`` commands answered by a
   scripted chat stub (no model: the difference is the jail's).
 
 ``repro run experiment=bench_jail`` writes ``metrics.json`` (kind ``jail_overhead``); ``repro table`` publishes

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from repro.execution.jail_init import serve_relay
+from repro.execution.jail_init import inside, serve_relay
 
 INIT = Path(__file__).with_name("jail_init.py")
 NAMESPACES = ["--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
@@ -121,32 +121,53 @@ class Jail:
     read_only: list[str] = field(default_factory=list)
     proxy_url: str | None = None
     private: list[str] = field(default_factory=list)
+    moved: dict[str, str] = field(default_factory=dict)  # host folder -> where it is in the jail (read-write)
 
     def __enter__(self) -> Jail:
         self.folder = Path(tempfile.mkdtemp(prefix="repro-jail-"))
         (self.folder / "root").mkdir()
         self.relay = ProxyRelay(self.proxy_url, self.folder) if self.proxy_url and _answers(self.proxy_url) else None
+        self._holder: subprocess.Popen[str] | None = None
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._holder is not None:
+            self._holder.kill()  # unshare's --kill-child ends the jail's PID 1, and with it everything inside
+            self._holder.wait()
         if self.relay is not None:
             self.relay.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
+    def hold(self, cwd: Path) -> list[str]:
+        """Keep one jail up for the rollout (its PID 1 waits) and return the prefix that runs a command inside it
+        (util-linux ``nsenter`` into its namespaces and root, in ``cwd`` as the jail sees it): a few ms a command
+        instead of a jail's start; its ``/tmp``, HOME and background processes last until the jail ends, as in a
+        container (a harness that runs each agent command as its own process: mini-SWE-agent's local environment)."""
+        self._holder = subprocess.Popen(self.command(["/bin/sh", "-c", "echo up; exec sleep infinity"], cwd,
+                                                     {"PATH": os.defpath}),
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if self._holder.stdout is None or self._holder.stdout.readline().strip() != "up":
+            raise OSError(f"the rollout's jail did not come up: {self._holder.stderr.read()[-500:]}")
+        init = Path(f"/proc/{self._holder.pid}/task/{self._holder.pid}/children").read_text().split()[0]
+        return [shutil.which("nsenter") or "nsenter", "-t", init, "-U", "-m", "-p", "-n", "-i", "-u",
+                "--preserve-credentials", "-r", "-w"]  # the root and cwd of its PID 1 (``cwd`` in the jail)
+
+    def _inside(self, path: Path | str) -> str:
+        """Where the host ``path`` is in the jail (a moved folder's new place, else the same path)."""
+        return inside({"moved": self._moved()}, str(Path(path).resolve()))
+
+    def _moved(self) -> dict[str, str]:
+        return {str(Path(source).resolve()): target for source, target in self.moved.items()}
+
     def command(self, cmd: list[str], cwd: Path, env: dict[str, str]) -> list[str]:
         """``cmd`` as it runs in the jail (``cwd`` and ``env`` inside it; ``/tmp`` a tmpfs of its own)."""
-        spec = self._spec() | {"cwd": str(Path(cwd).resolve()), "env": env}
+        spec = self._spec() | {"cwd": self._inside(cwd), "env": env}
         return [*self._launch(spec), *cmd]
 
-    def prefix(self) -> list[str]:
-        """A command prefix that runs what follows it in a fresh jail of this rollout, each time with the caller's
-        cwd and environment; ``/tmp`` and the private folders are kept from one command to the next (a harness
-        that runs each agent command as its own process, such as mini-SWE-agent's local environment)."""
-        return self._launch(self.reusable_spec())
-
     def reusable_spec(self) -> Path:
-        """The spec of :meth:`prefix` (for :func:`repro.execution.jail_init.enter`, which jails a forked process):
-        the caller's cwd and environment, ``/tmp`` and the private folders kept from one use to the next."""
+        """A spec that jails whatever process uses it with that process's cwd and environment, ``/tmp`` and the
+        private folders kept from one use to the next (:func:`repro.execution.jail_init.enter`, which jails a forked
+        process; or ``unshare ... jail_init.py SPEC -- CMD``)."""
         tmp = self.folder / "tmp"
         tmp.mkdir(exist_ok=True)
         spec = self._spec() | {"reusable": True}
@@ -155,7 +176,8 @@ class Jail:
 
     def _spec(self) -> dict:
         spec = {"root": str(self.folder / "root"), "read_only": [*interpreter_paths(), *self.read_only],
-                "read_write": [str(Path(p).resolve()) for p in self.read_write], "private": {}}
+                "read_write": [str(Path(p).resolve()) for p in self.read_write], "private": {},
+                "moved": self._moved()}
         for index, path in enumerate(self.private):
             source = self.folder / "private" / str(index)
             source.mkdir(parents=True, exist_ok=True)
@@ -170,7 +192,6 @@ class Jail:
         spec_file.write_text(json.dumps(spec))
         return spec_file
 
-    def _launch(self, spec: dict | Path) -> list[str]:
-        spec_file = spec if isinstance(spec, Path) else self._write_spec(spec)
+    def _launch(self, spec: dict) -> list[str]:
         return [shutil.which("unshare") or "unshare", *NAMESPACES, sys.executable, "-I", "-S", str(INIT),
-                str(spec_file), "--"]
+                str(self._write_spec(spec)), "--"]

@@ -92,6 +92,9 @@ def build_root(spec: dict) -> Path:
         bind(path, root, read_only=True, bound=bound)
     for path in spec.get("read_write", []):
         bind(path, root, read_only=False, bound=bound)
+    for source, target in spec.get("moved", {}).items():  # a working copy at a fixed place (e.g. /testbed)
+        (root / target.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        mount(source, str(root / target.lstrip("/")), None, MS_BIND | MS_REC)
     for target, source in private.items():
         if target not in ("/tmp", "/run"):
             (root / target.lstrip("/")).mkdir(parents=True, exist_ok=True)
@@ -119,6 +122,14 @@ def mount_ptys(root: Path) -> None:
         sys.stderr.write(f"jail: no pseudo-terminals ({exc})\n")
         return
     (root / "dev" / "ptmx").symlink_to("pts/ptmx")
+
+
+def inside(spec: dict, path: str) -> str:
+    """Where the host ``path`` is in the jail: under a folder the spec moves, at its new place; else the same."""
+    for source, target in spec.get("moved", {}).items():
+        if path == source or path.startswith(source + "/"):
+            return target + path[len(source):]
+    return path
 
 
 def pivot(root: Path) -> None:
@@ -216,7 +227,7 @@ def enter(spec_file: str) -> None:
         os._exit(os.waitstatus_to_exitcode(status))
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     spec = json.loads(Path(spec_file).read_text())
-    cwd = os.getcwd()
+    cwd = inside(spec, os.getcwd())
     pivot(build_root(spec))
     loopback_up()
     if spec.get("relay_socket"):
@@ -230,13 +241,15 @@ def main(argv: list[str]) -> int:
     spec = json.loads(spec_file.read_text())
     if not spec.get("reusable"):
         spec_file.unlink()
-    cwd = spec.get("cwd") or os.getcwd()  # a reusable spec: the caller's cwd (bound at the same path)
+    cwd = spec.get("cwd") or inside(spec, os.getcwd())  # a reusable spec: the caller's cwd, where the jail has it
     root = build_root(spec)
     pivot(root)
     loopback_up()
     if spec.get("relay_socket"):
         relay(int(spec["relay_port"]), spec["relay_socket"])
     env = spec["env"] if spec.get("env") is not None else dict(os.environ)  # reusable: the caller's environment
+    with contextlib.suppress(OSError):
+        os.chdir(cwd)  # PID 1 too: ``nsenter -w`` into a held jail takes its cwd
     child = os.fork()
     if child == 0:
         try:

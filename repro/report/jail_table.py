@@ -41,8 +41,8 @@ def jail_overhead_markdown(runs: list[dict[str, Any]]) -> str:
         f"Primitives: {cfg['n']} interleaved repeats. mini-SWE-agent 2.x (the default harness, sandbox=local): "
         f"{none['rollouts']} rollouts per mode in {cfg['blocks']} interleaved blocks, {cfg['concurrency']} in flight, "
         f"each {cfg['steps']} commands (`ls` + `head`, a `python -c` import) and a submit, answered by a scripted "
-        "chat stub (no model), so the difference is the jail's: one fresh jail per command (namespaces, a new root, "
-        "`/proc`; `/tmp` and HOME kept across the rollout's commands). Per command and per rollout are wall seconds "
+        "chat stub (no model), so the difference is the jail's: one jail per rollout (namespaces, a new root, "
+        "`/proc`), each command entering it with `nsenter`. Per command and per rollout are wall seconds "
         "x concurrency / count. Submitted: "
         f"{none['submitted']}/{none['rollouts']} unjailed, {jail['submitted']}/{jail['rollouts']} jailed.",
         "",

@@ -92,7 +92,9 @@ def test_submit_limit_and_dead_endpoint(harness: MiniSweAgentV1Harness, tmp_path
             rollouts.append(HarnessRollout(rollout_id, task, workdir, url, "stub", tmp_path / rollout_id / "out", 120))
         submit, chatty, down = harness.run(rollouts, concurrency=3)
     assert (submit.status, submit.exit_status, submit.n_model_calls) == ("finished", "Submitted", 1), submit
-    assert (tmp_path / "submit/work/out.txt").read_text().strip() == str((tmp_path / "submit/work").resolve())
+    jailed = harness.identity()["isolation"] == "jail"  # jailed, the working copy is at /testbed in the jail
+    where = "/testbed" if jailed else str((tmp_path / "submit/work").resolve())
+    assert (tmp_path / "submit/work/out.txt").read_text().strip() == where
     assert (chatty.status, chatty.exit_status, chatty.n_model_calls) == ("finished", "LimitsExceeded", 2), chatty
     messages = json.loads(Path(chatty.trajectory_path).read_text())["messages"]
     assert sum("EXACTLY ONE action" in m["content"] for m in messages if m["role"] == "user") == 2

@@ -1,7 +1,8 @@
-"""The jail's building blocks on this machine: a reusable spec (:meth:`Jail.prefix`, mini-SWE-agent 2.x's commands)
-keeps a rollout's ``/tmp`` and HOME across its commands and runs each with the caller's cwd and environment, while
-another rollout's jail and the host's ``/tmp`` stay out of sight; ``jail_init.enter`` jails a forked process (1.x's
-fork server); pseudo-terminals exist inside. Controls: the same reads succeed outside the jail."""
+"""The jail's building blocks on this machine: a jail held for a rollout (:meth:`Jail.hold`, mini-SWE-agent 2.x's
+commands entering it with ``nsenter``) keeps its ``/tmp``, HOME and working copy (at a fixed place) across commands,
+runs each with the caller's environment, and another rollout's jail and the host's ``/tmp`` stay out of sight;
+``jail_init.enter`` jails a forked process (1.x's fork server); pseudo-terminals exist inside; ``jail_available``
+tries a whole jail. Controls: the same reads succeed outside the jail."""
 
 from __future__ import annotations
 
@@ -26,26 +27,26 @@ def _sh(prefix: list[str], command: str, cwd: Path, env: dict[str, str]) -> subp
                           capture_output=True, text=True, timeout=60)
 
 
-def test_a_reusable_jail_keeps_its_tmp_and_home_and_sees_nothing_else(tmp_path: Path) -> None:
+def test_a_held_jail_keeps_its_tmp_and_home_and_sees_nothing_else(tmp_path: Path) -> None:
     host_secret = tmp_path / "host-secret.txt"
     host_secret.write_text("gold")
     work, other_work, home = tmp_path / "work", tmp_path / "other", str(tmp_path / "shared-home")
     work.mkdir()
     other_work.mkdir()
     env = {"PATH": "/usr/bin:/bin", "HOME": home, "MARK": "from-the-caller"}
-    with Jail(read_write=[str(work)], private=[home]) as jail, \
-            Jail(read_write=[str(other_work)], private=[home]) as other:
-        prefix, other_prefix = jail.prefix(), other.prefix()
+    with Jail(read_write=[], moved={str(work): "/testbed"}, private=[home]) as jail, \
+            Jail(read_write=[], moved={str(other_work): "/testbed"}, private=[home]) as other:
+        prefix, other_prefix = jail.hold(work), other.hold(other_work)
         first = _sh(prefix, "echo kept > /tmp/note; echo mine > ~/h; echo edit > file.txt; pwd; echo $MARK", work, env)
-        second = _sh(prefix, f"cat /tmp/note ~/h; cat {host_secret} 2>&1; ls {other_work} 2>&1", work, env)
-        foreign = _sh(other_prefix, "cat /tmp/note ~/h 2>&1; echo $$", other_work, env)
+        second = _sh(prefix, f"cat /tmp/note ~/h; cat {host_secret} 2>&1; ls {other_work} {work} 2>&1", work, env)
+        foreign = _sh(other_prefix, "cat /tmp/note ~/h file.txt 2>&1; echo $$", other_work, env)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.split() == [str(work), "from-the-caller"]  # the caller's cwd and environment
+    assert first.stdout.split() == ["/testbed", "from-the-caller"]  # a fixed place, the caller's environment
     assert (work / "file.txt").read_text() == "edit\n"  # the working copy is shared with the host
     assert second.stdout.splitlines()[:2] == ["kept", "mine"]  # /tmp and HOME kept across commands
-    assert "No such file" in second.stdout and "gold" not in second.stdout  # the host's files are not there
-    assert "kept" not in foreign.stdout and "mine" not in foreign.stdout  # another rollout's jail: its own
-    assert foreign.stdout.split()[-1] == "2"  # a PID namespace of its own (init is 1)
+    assert second.stdout.count("No such file") == 3 and "gold" not in second.stdout  # no host path is there
+    assert not {"kept", "mine", "edit"} & set(foreign.stdout.split())  # another rollout's jail: its own
+    assert int(foreign.stdout.split()[-1]) > 1  # a PID namespace of its own (its init is 1)
     assert not (Path(home) / "h").exists() and host_secret.read_text() == "gold"
     control = subprocess.run(["cat", str(host_secret)], capture_output=True, text=True)  # outside: readable
     assert control.stdout == "gold"
