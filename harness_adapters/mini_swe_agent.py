@@ -343,13 +343,13 @@ def swebench_environment(site_packages: Path) -> dict[str, Any]:
 
 def rollout_settings(task: str, base_url: str, workdir: Path, container: Any = None,
                      container_base: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-                     jail: list[str] | None = None) -> dict[str, Any]:
+                     jail: dict[str, Any] | None = None) -> dict[str, Any]:
     """The per-rollout overlay (last ``-c`` file): the task, the model endpoint, the working directory (and with
-    ``jail``, the command prefix of the rollout's jail for ``mini_swe_agent_jailed``); with a ``ContainerSpec``,
+    ``jail``, the rollout's jail for ``mini_swe_agent_jailed``); with a ``ContainerSpec``,
     the settings of mini's own ``DockerEnvironment``: ``container_base`` (its SWE-bench runner's environment
     block) with this rollout's image, cwd, ``docker run`` options and command timeout."""
     environment: dict[str, Any] = {"cwd": str(workdir), **({"env": dict(env)} if env else {}),
-                                   **({"jail": list(jail)} if jail else {})}
+                                   **({"jail": dict(jail)} if jail else {})}
     if container is not None:
         base = dict(container_base or {})
         timeout = int(container.command_timeout_s)

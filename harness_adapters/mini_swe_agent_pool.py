@@ -53,7 +53,7 @@ from harness_adapters.processes import (
     unique_rollouts,
 )
 from harness_adapters.worker_process import Event, WorkerProcess, WorkerStartError
-from repro.execution.jail import Jail
+from repro.execution.jail import INIT, Jail
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.venvs import HarnessEnv
 
@@ -251,18 +251,19 @@ class MiniSweAgentHarness:
         return len(worker.abandoned) > self._max_abandoned
 
     def _send(self, worker: _Worker, index: int, rollout: HarnessRollout) -> None:
-        request = worker_request(rollout, self._env, self._config_dir, self._jail_prefix(rollout))
+        request = worker_request(rollout, self._env, self._config_dir, self._jail(rollout))
         now = time.monotonic()
         worker.in_flight[rollout.rollout_id] = _InFlight(index, rollout, now, now + rollout.timeout_s + self._grace_s)
         worker.process.send(request)  # if the worker is gone, its EOF event marks this rollout crashed
 
-    def _jail_prefix(self, rollout: HarnessRollout) -> list[str] | None:
-        """The command prefix of a new jail for ``rollout``'s commands (None: unjailed, or in a container)."""
+    def _jail(self, rollout: HarnessRollout) -> dict[str, Any] | None:
+        """How ``rollout``'s commands reach their jail (``mini_swe_agent_jailed``: jail_init's path and the jail's
+        command line, started at the first command), None unjailed or in a container."""
         if self._isolation != "jail" or rollout.container is not None:
             return None
         jail = commands_jail(rollout, self._proc_env | dict(rollout.env or {})).__enter__()
         self._jails[rollout.rollout_id] = jail
-        return jail.hold(Path(rollout.workdir))
+        return {"init": str(INIT), "launch": jail.launch(Path(rollout.workdir))}
 
     def _release_jail(self, rollout_id: str) -> None:
         jail = self._jails.pop(rollout_id, None)

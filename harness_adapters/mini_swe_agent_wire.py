@@ -26,10 +26,10 @@ JAILED_CLASS = "repro_mswea_jailed.JailedLocalEnvironment"  # mini_swe_agent_jai
 
 
 def worker_request(rollout: HarnessRollout, env: HarnessEnv, config_dir: Path,
-                   jail: list[str] | None = None) -> dict[str, Any]:
+                   jail: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the rollout's config overlay and build its request to a worker (the options ``build_command`` gives
-    ``mini``); ``config_dir`` holds the harness's shared config files; ``jail``: the command prefix of the rollout's
-    jail (its commands then run through ``mini_swe_agent_jailed``, mini's local environment behind the prefix)."""
+    ``mini``); ``config_dir`` holds the harness's shared config files; ``jail``: the rollout's jail (its commands
+    then run through ``mini_swe_agent_jailed``, mini's local environment in that jail)."""
     workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
     rollout_config = output_dir / "config" / ROLLOUT_CONFIG_NAME
     rollout_config.parent.mkdir(parents=True, exist_ok=True)

@@ -217,6 +217,7 @@ class Worker:
             finally:
                 self._router.bind(None)
                 take_diff_and_clean_up(rollout)
+                getattr(getattr(rollout.agent, "env", None), "close_jail", lambda: None)()
 
     def _finish(self, rollout: Rollout, outcome: str, error: str, cpu_s: float) -> None:
         with self._lock:

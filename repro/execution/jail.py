@@ -11,7 +11,7 @@ Built with the kernel's namespaces through ``unshare`` (util-linux: user, mount,
 from __future__ import annotations
 
 import functools
-import json
+import marshal
 import os
 import shutil
 import socket
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from repro.execution.jail_init import inside, serve_relay
+from repro.execution.jail_init import hold, inside, serve_relay
 
 INIT = Path(__file__).with_name("jail_init.py")
 NAMESPACES = ["--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
@@ -139,18 +139,14 @@ class Jail:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def hold(self, cwd: Path) -> list[str]:
-        """Keep one jail up for the rollout (its PID 1 waits) and return the prefix that runs a command inside it
-        (util-linux ``nsenter`` into its namespaces and root, in ``cwd`` as the jail sees it): a few ms a command
-        instead of a jail's start; its ``/tmp``, HOME and background processes last until the jail ends, as in a
-        container (a harness that runs each agent command as its own process: mini-SWE-agent's local environment)."""
-        self._holder = subprocess.Popen(self.command(["/bin/sh", "-c", "echo up; exec sleep infinity"], cwd,
-                                                     {"PATH": os.defpath}),
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        if self._holder.stdout is None or self._holder.stdout.readline().strip() != "up":
-            raise OSError(f"the rollout's jail did not come up: {self._holder.stderr.read()[-500:]}")
-        init = Path(f"/proc/{self._holder.pid}/task/{self._holder.pid}/children").read_text().split()[0]
-        return [shutil.which("nsenter") or "nsenter", "-t", init, "-U", "-m", "-p", "-n", "-i", "-u",
-                "--preserve-credentials", "-r", "-w"]  # the root and cwd of its PID 1 (``cwd`` in the jail)
+        """Keep one jail up for the rollout (:func:`repro.execution.jail_init.hold`, ended with this object) and
+        return the prefix that runs a command inside it, in ``cwd`` as the jail sees it."""
+        self._holder, prefix = hold(self.launch(cwd), str(cwd))
+        return prefix
+
+    def launch(self, cwd: Path) -> list[str]:
+        """The command line that starts this jail in ``cwd`` up to ``--`` (what it runs comes after)."""
+        return self.command([], cwd, {"PATH": os.defpath})
 
     def _inside(self, path: Path | str) -> str:
         """Where the host ``path`` is in the jail (a moved folder's new place, else the same path)."""
@@ -188,8 +184,8 @@ class Jail:
         return spec
 
     def _write_spec(self, spec: dict) -> Path:
-        spec_file = self.folder / f"spec-{os.urandom(6).hex()}.json"
-        spec_file.write_text(json.dumps(spec))
+        spec_file = self.folder / f"spec-{os.urandom(6).hex()}.marshal"
+        spec_file.write_bytes(marshal.dumps(spec))  # read by jail_init without importing json
         return spec_file
 
     def _launch(self, spec: dict) -> list[str]:

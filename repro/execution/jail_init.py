@@ -9,23 +9,25 @@ when the spec names a relay socket, this process listens on the proxy's port on 
 connection to the socket (bound in from the host, where :class:`repro.execution.jail.ProxyRelay` forwards it to the
 proxy and nowhere else). Then it forks the command and waits for it; its exit code is the command's.
 
-Standard library only (it runs before the command, under the job's interpreter).
+Standard library only, and only its cheapest modules at import (it runs before every jailed command, under the
+job's interpreter with ``-I -S``: no ``pathlib``, ``json``, ``socket`` or ``threading`` until a relay needs them;
+the spec is ``marshal``'s).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import fcntl
-import json
+import marshal
 import os
-import signal
-import socket
 import struct
 import sys
-import threading
-from collections.abc import Callable
-from pathlib import Path
+
+TYPE_CHECKING = False  # not typing's: importing typing costs ~12 ms before every jailed command
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable
+    from typing import Any
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
@@ -47,81 +49,122 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str | 
                        data.encode() if data else None), f"mount {source} -> {target}")
 
 
-def bind(source: str, root: Path, read_only: bool, bound: list[Path]) -> None:
+def _mkdirs(path: str) -> None:
+    os.makedirs(path, exist_ok=True)
+
+
+def _under(root: str, path: str) -> str:
+    """``path`` (absolute) at the same place under ``root``."""
+    return root + "/" + path.lstrip("/")
+
+
+def bind(source: str, root: str, read_only: bool, bound: list[str]) -> None:
     """``source`` at the same path under ``root`` (a file or a folder; a missing source is skipped; a top-level
     symlink such as ``/bin -> usr/bin`` is recreated as a link; a read-only path inside one already bound is
     visible through it). ``bound``: what is bound so far (appended to)."""
-    src = Path(source)
-    if src.is_symlink() and src.parent == Path("/"):
-        link = root / src.relative_to("/")
+    if os.path.islink(source) and os.path.dirname(source.rstrip("/")) == "/":
+        link = _under(root, source)
         if not os.path.lexists(link):
-            link.symlink_to(os.readlink(src))
+            os.symlink(os.readlink(source), link)
         return
-    src = src.resolve()
-    if not src.exists() or (read_only and any(src == b or b in src.parents for b in bound)):
+    src = os.path.realpath(source)
+    if not os.path.exists(src) or (read_only and any(src == b or src.startswith(b.rstrip("/") + "/")
+                                                     for b in bound)):
         return
-    target = root / src.relative_to("/")
-    if src.is_dir():
-        target.mkdir(parents=True, exist_ok=True)
+    target = _under(root, src)
+    if os.path.isdir(src):
+        _mkdirs(target)
     else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.touch()
-    mount(str(src), str(target), None, MS_BIND | MS_REC)
+        _mkdirs(os.path.dirname(target))
+        if not os.path.exists(target):
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
+    mount(src, target, None, MS_BIND | MS_REC)
     if read_only:
-        mount("none", str(target), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_REC)
+        mount("none", target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_REC)
     bound.append(src)
 
 
-def build_root(spec: dict) -> Path:
+def _depth(path: str) -> int:
+    return os.path.realpath(path).rstrip("/").count("/")
+
+
+def build_root(spec: dict) -> str:
     """The new root (a tmpfs at ``spec["root"]``) with what the spec allows; returns it."""
     mount("none", "/", None, MS_REC | MS_PRIVATE)
-    root = Path(spec["root"])
-    mount("tmpfs", str(root), "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
-    bound: list[Path] = []
+    root = spec["root"]
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
+    bound: list[str] = []
     for path in SYSTEM_DIRS:
         bind(path, root, read_only=True, bound=bound)
     private = spec.get("private", {})  # path in the jail -> the host folder behind it (kept across commands)
-    for name in ("tmp", "run"):  # before the binds: a working copy under /tmp stays visible
-        (root / name).mkdir(exist_ok=True)
-        if f"/{name}" in private:
-            mount(private[f"/{name}"], str(root / name), None, MS_BIND | MS_REC)
+    for name in ("/tmp", "/run"):  # before the binds: a working copy under /tmp stays visible
+        _mkdirs(_under(root, name))
+        if name in private:
+            mount(private[name], _under(root, name), None, MS_BIND | MS_REC)
         else:
-            mount("tmpfs", str(root / name), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-    by_depth = sorted(spec.get("read_only", []), key=lambda p: len(Path(p).resolve().parts))  # folders first
-    for path in by_depth:
+            mount("tmpfs", _under(root, name), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for path in sorted(spec.get("read_only", []), key=_depth):  # folders first
         bind(path, root, read_only=True, bound=bound)
     for path in spec.get("read_write", []):
         bind(path, root, read_only=False, bound=bound)
     for source, target in spec.get("moved", {}).items():  # a working copy at a fixed place (e.g. /testbed)
-        (root / target.lstrip("/")).mkdir(parents=True, exist_ok=True)
-        mount(source, str(root / target.lstrip("/")), None, MS_BIND | MS_REC)
+        _mkdirs(_under(root, target))
+        mount(source, _under(root, target), None, MS_BIND | MS_REC)
     for target, source in private.items():
         if target not in ("/tmp", "/run"):
-            (root / target.lstrip("/")).mkdir(parents=True, exist_ok=True)
-            mount(source, str(root / target.lstrip("/")), None, MS_BIND | MS_REC)
-    (root / "proc").mkdir(exist_ok=True)
-    mount("proc", str(root / "proc"), "proc", MS_NOSUID | MS_NODEV)
-    (root / "dev").mkdir(exist_ok=True)
-    mount("tmpfs", str(root / "dev"), "tmpfs", MS_NOSUID, "mode=755")
+            _mkdirs(_under(root, target))
+            mount(source, _under(root, target), None, MS_BIND | MS_REC)
+    _mkdirs(_under(root, "/proc"))
+    mount("proc", _under(root, "/proc"), "proc", MS_NOSUID | MS_NODEV)
+    _mkdirs(_under(root, "/dev"))
+    mount("tmpfs", _under(root, "/dev"), "tmpfs", MS_NOSUID, "mode=755")
     for name in DEVICES:
-        if Path(f"/dev/{name}").exists():
+        if os.path.exists(f"/dev/{name}"):
             bind(f"/dev/{name}", root, read_only=False, bound=bound)
     mount_ptys(root)
     return root
 
 
-def mount_ptys(root: Path) -> None:
+def mount_ptys(root: str) -> None:
     """Pseudo-terminals of the jail's own (a new devpts instance at ``/dev/pts``, ``/dev/ptmx`` into it): tmux and
     terminal tools need them. A kernel that refuses devpts in a user namespace (before 4.7) leaves the jail
     without, said on stderr."""
-    (root / "dev" / "pts").mkdir()
+    os.mkdir(_under(root, "/dev/pts"))
     try:
-        mount("devpts", str(root / "dev" / "pts"), "devpts", MS_NOSUID | MS_NOEXEC,
+        mount("devpts", _under(root, "/dev/pts"), "devpts", MS_NOSUID | MS_NOEXEC,
               "newinstance,ptmxmode=0666,mode=0620")
     except OSError as exc:
         sys.stderr.write(f"jail: no pseudo-terminals ({exc})\n")
         return
-    (root / "dev" / "ptmx").symlink_to("pts/ptmx")
+    os.symlink("pts/ptmx", _under(root, "/dev/ptmx"))
+
+
+HOLD = ["/bin/sh", "-c", "echo up; exec sleep infinity"]  # a held jail's command: say it is up, then wait
+ENTER = ["-U", "-m", "-p", "-n", "-i", "-u", "--preserve-credentials", "-r", "-w"]  # nsenter: all, its root and cwd
+
+
+def hold(launch: list[str], cwd: str) -> tuple[Any, list[str]]:
+    """Start a jail that stays up (``launch``: its command line up to ``--``, run in ``cwd`` in a session of its
+    own; its PID 1 waits) and return (its process, the prefix that runs a command inside it: util-linux
+    ``nsenter`` into its namespaces, root and cwd). A few ms a command instead of a jail's start; ``/tmp``, HOME and
+    background processes last until the process is killed, as in a container. OSError when it does not come up."""
+    import shutil
+    import subprocess
+
+    proc = subprocess.Popen([*launch, *HOLD], cwd=cwd, env={"PATH": os.defpath}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if proc.stdout is None or proc.stdout.readline().strip() != "up":
+        proc.kill()
+        raise OSError(f"the rollout's jail did not come up: {proc.communicate()[1][-500:]}")
+    with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as handle:
+        init = handle.read().split()[0]
+    return proc, [shutil.which("nsenter") or "nsenter", "-t", init, *ENTER]
+
+
+def read_spec(path: str) -> dict[str, Any]:
+    """A spec as :class:`repro.execution.jail.Jail` writes it (``marshal``: no import to read it)."""
+    with open(path, "rb") as handle:
+        return marshal.load(handle)
 
 
 def inside(spec: dict, path: str) -> str:
@@ -132,14 +175,14 @@ def inside(spec: dict, path: str) -> str:
     return path
 
 
-def pivot(root: Path) -> None:
+def pivot(root: str) -> None:
     """Make ``root`` the file system's root and detach the host's."""
-    old = root / ".old-root"
-    old.mkdir()
+    old = _under(root, "/.old-root")
+    os.mkdir(old)
     number = PIVOT_ROOT.get(os.uname().machine)
     if number is None:
         raise OSError(f"pivot_root: no syscall number known for {os.uname().machine}")
-    _check(_libc.syscall(number, str(root).encode(), str(old).encode()), "pivot_root")
+    _check(_libc.syscall(number, root.encode(), old.encode()), "pivot_root")
     os.chdir("/")
     _check(_libc.umount2(b"/.old-root", MNT_DETACH), "umount the old root")
     os.rmdir("/.old-root")
@@ -147,10 +190,15 @@ def pivot(root: Path) -> None:
 
 def loopback_up() -> None:
     """``ip link set lo up`` (SIOCGIFFLAGS / SIOCSIFFLAGS on a datagram socket)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    import _socket  # the C module: ``socket`` would import enum, selectors...
+
+    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
         request = struct.pack("16sH14s", b"lo", 0, b"\0" * 14)
-        flags = struct.unpack("16sH14s", fcntl.ioctl(sock, 0x8913, request))[1]
-        fcntl.ioctl(sock, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b"\0" * 14))
+        flags = struct.unpack("16sH14s", fcntl.ioctl(sock.fileno(), 0x8913, request))[1]
+        fcntl.ioctl(sock.fileno(), 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b"\0" * 14))
+    finally:
+        sock.close()
 
 
 def pipe(a: socket.socket, b: socket.socket) -> None:
@@ -162,12 +210,17 @@ def pipe(a: socket.socket, b: socket.socket) -> None:
         pass
     finally:
         for end in (a, b):
-            with contextlib.suppress(OSError):
-                end.shutdown(socket.SHUT_RDWR)
+            try:  # noqa: SIM105 (contextlib costs an import before every jailed command)
+                end.shutdown(2)  # SHUT_RDWR
+            except OSError:
+                pass
 
 
 def relay(port: int, socket_path: str) -> None:
     """Listen on 127.0.0.1:``port`` (this namespace's loopback); pipe each connection to ``socket_path``."""
+    import socket
+    import threading
+
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", port))
@@ -188,6 +241,8 @@ def relay(port: int, socket_path: str) -> None:
 def serve_relay(server: socket.socket, connect: Callable[[], socket.socket]) -> None:
     """Accept on ``server`` until it closes; pipe each connection both ways to a new ``connect()`` (a connection
     that cannot be made is dropped)."""
+    import threading
+
     while True:
         try:
             client, _ = server.accept()
@@ -216,17 +271,22 @@ def enter(spec_file: str) -> None:
     flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
     _check(_libc.unshare(flags), "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
-        Path(f"/proc/self/{name}").write_text(text)
+        with open(f"/proc/self/{name}", "w") as handle:
+            handle.write(text)
     child = os.fork()
     if child:
         _, status = os.waitpid(child, 0)
         if os.WIFSIGNALED(status):  # die of the same signal, so the caller sees what it would have seen
-            with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
+            import signal
+
+            try:  # noqa: SIM105
                 signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+            except (OSError, ValueError):  # SIGKILL has no handler to reset
+                pass
             os.kill(os.getpid(), os.WTERMSIG(status))
         os._exit(os.waitstatus_to_exitcode(status))
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    spec = json.loads(Path(spec_file).read_text())
+    _libc.prctl(PR_SET_PDEATHSIG, 9)  # SIGKILL
+    spec = read_spec(spec_file)
     cwd = inside(spec, os.getcwd())
     pivot(build_root(spec))
     loopback_up()
@@ -237,10 +297,10 @@ def enter(spec_file: str) -> None:
 
 def main(argv: list[str]) -> int:
     split = argv.index("--")
-    spec_file, cmd = Path(argv[0]), argv[split + 1:]
-    spec = json.loads(spec_file.read_text())
+    spec_file, cmd = argv[0], argv[split + 1:]
+    spec = read_spec(spec_file)
     if not spec.get("reusable"):
-        spec_file.unlink()
+        os.unlink(spec_file)
     cwd = spec.get("cwd") or inside(spec, os.getcwd())  # a reusable spec: the caller's cwd, where the jail has it
     root = build_root(spec)
     pivot(root)
@@ -248,8 +308,10 @@ def main(argv: list[str]) -> int:
     if spec.get("relay_socket"):
         relay(int(spec["relay_port"]), spec["relay_socket"])
     env = spec["env"] if spec.get("env") is not None else dict(os.environ)  # reusable: the caller's environment
-    with contextlib.suppress(OSError):
+    try:  # noqa: SIM105
         os.chdir(cwd)  # PID 1 too: ``nsenter -w`` into a held jail takes its cwd
+    except OSError:
+        pass
     child = os.fork()
     if child == 0:
         try:
