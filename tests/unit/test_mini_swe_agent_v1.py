@@ -197,7 +197,9 @@ def test_command_and_run_config(tmp_path: Path) -> None:
         "-o", str(traj), "-c", str(path), "--task=-starts with a dash"]
     base = yaml.safe_load(V1_YAML)
     assert config["agent"] == base["agent"] | {"step_limit": 4, "cost_limit": 0.0}
-    assert config["environment"] == {"env": {"PAGER": "cat"}, "timeout": 30, "cwd": str(one.workdir.resolve())}
+    jailed = harness.identity()["isolation"] == "jail"  # jailed, the working copy is at /testbed in the jail
+    where = "/testbed" if jailed else str(one.workdir.resolve())
+    assert config["environment"] == {"env": {"PAGER": "cat"}, "timeout": 30, "cwd": where}
     assert config["model"] == {"model_kwargs": {"drop_params": True, "num_retries": 0, "timeout": 600.0,
                                                 "temperature": 0.0, "max_tokens": 32, "api_base": one.base_url}}
     assert "run" not in config  # 1.x takes the task from -t only
