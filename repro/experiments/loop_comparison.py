@@ -27,6 +27,7 @@ from repro.experiments.warm_start import prompt_platform
 from repro.rebuilt.fidelity import replay_recorded, summarize
 from repro.rebuilt.harness import LoopConfig, loop_spec
 from repro.report.loop_comparison import comparison_markdown
+from repro.report.records import with_run_files
 from repro.rl.config import RLConfig
 from repro.rl.rollouts import RolloutOptions, RolloutRunner
 from repro.sandbox.local import LocalSandbox
@@ -60,7 +61,7 @@ def loop_comparison_job(miniature: MiniatureConfig, rl: RLConfig, fidelity: Fide
             fid = _fidelity(run_dir, arms, mini, fidelity)
     metrics = comparison_metrics(mini, before, arms, fid, rl, started)
     write_metrics(run_dir, metrics)
-    print(comparison_markdown([metrics]), flush=True)
+    print(comparison_markdown([with_run_files(dict(metrics), run_dir)]), flush=True)  # its commit too
     return metrics
 
 

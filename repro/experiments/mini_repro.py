@@ -30,6 +30,7 @@ from repro.experiments.records import before_after_metrics as record
 from repro.experiments.warm_start import prompt_platform
 from repro.rebuilt.harness import LoopConfig
 from repro.report.before_after import run_markdown
+from repro.report.records import with_run_files
 from repro.rl.config import RLConfig
 
 
@@ -45,7 +46,7 @@ def mini_repro_job(miniature: MiniatureConfig, rl: RLConfig, run_dir: Path,
         result = run_arm(mini, run_dir, arm, f"rl-{run_dir.name}", mini.acct)
     metrics = before_after_metrics(mini, before, result, arm, started)
     write_metrics(run_dir, metrics)
-    print(run_markdown([metrics]), flush=True)
+    print(run_markdown([with_run_files(dict(metrics), run_dir)]), flush=True)  # its commit, as `repro table` has it
     return metrics
 
 

@@ -26,6 +26,7 @@ from repro.experiments.records import BeforeAfter, before_after_metrics
 from repro.experiments.setup import Setup
 from repro.files import weights_sha256
 from repro.report.before_after import run_markdown
+from repro.report.records import with_run_files
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
@@ -158,7 +159,7 @@ def rl_run_job(setup: Setup, data: RunData, eval: EvalConfig, validation: Valida
         history, None, "proxy", acct.to_dict(), started,
         {"validation": first + [h["validation"] for h in history if "validation" in h]}))
     write_metrics(run_dir, metrics)
-    print(run_markdown([metrics]), flush=True)
+    print(run_markdown([with_run_files(dict(metrics), run_dir)]), flush=True)  # its commit, as `repro table` has it
     return metrics
 
 

@@ -65,6 +65,8 @@ def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path, experimen
     assert "rl step 2/2: reward" in out.stdout and "phase eval_after" in out.stdout
     assert "done, " in out.stdout and " resolved" in out.stdout
     assert metrics["fingerprint"][:8] in out.stdout
+    sha = json.loads((run_dir / "manifest.json").read_text())["git_sha"]
+    assert sha is None or f"at commit `{sha[:7]}`" in out.stdout  # the printed protocol line names the run's commit
     table = repro_cli("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
     assert table.returncode == 0, table.stderr[-2000:]
     assert metrics["fingerprint"][:8] in (tmp_path / "results" / f"{experiment}.md").read_text()
