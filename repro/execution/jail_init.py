@@ -288,11 +288,16 @@ def enter(spec_file: str) -> None:
     _libc.prctl(PR_SET_PDEATHSIG, 9)  # SIGKILL
     spec = read_spec(spec_file)
     cwd = inside(spec, os.getcwd())
+    move_in(spec)
+    os.chdir(cwd)
+
+
+def move_in(spec: dict) -> None:
+    """Into the spec's new root, with loopback up and, where the spec names one, the relay to the proxy."""
     pivot(build_root(spec))
     loopback_up()
     if spec.get("relay_socket"):
         relay(int(spec["relay_port"]), spec["relay_socket"])
-    os.chdir(cwd)
 
 
 def main(argv: list[str]) -> int:
@@ -302,11 +307,7 @@ def main(argv: list[str]) -> int:
     if not spec.get("reusable"):
         os.unlink(spec_file)
     cwd = spec.get("cwd") or inside(spec, os.getcwd())  # a reusable spec: the caller's cwd, where the jail has it
-    root = build_root(spec)
-    pivot(root)
-    loopback_up()
-    if spec.get("relay_socket"):
-        relay(int(spec["relay_port"]), spec["relay_socket"])
+    move_in(spec)
     env = spec["env"] if spec.get("env") is not None else dict(os.environ)  # reusable: the caller's environment
     try:  # noqa: SIM105
         os.chdir(cwd)  # PID 1 too: ``nsenter -w`` into a held jail takes its cwd

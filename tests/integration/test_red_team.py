@@ -128,6 +128,30 @@ def take_leak(workspace: Path) -> str:
     return leak
 
 
+def through_shell_tool(harness: Any, task: Task, model_dir: Path, tmp_path: Path,
+                       max_model_len: int) -> tuple[Any, str, bool]:
+    """One rollout of ``task`` through ``harness`` against the CPU server's scripted replies (``scenarios.json`` in
+    ``tmp_path``) in a local sandbox; (its result, what its shell tool left in ``LEAK.txt``, whether it resolved)."""
+    from repro.proxy import ProxyConfig
+    from repro.sandbox.local import LocalSandboxConfig
+    from repro.serving.stack import CpuServingConfig, running_stack
+
+    sandbox = LocalSandbox(LocalSandboxConfig(workspace_root=str(tmp_path / "workspaces")))
+    try:
+        with running_stack(model_dir, CpuServingConfig(default_max_tokens=512), ProxyConfig(port=0), tmp_path,
+                           server_overrides={"scenarios": tmp_path / "scenarios.json",
+                                             "max_model_len": max_model_len}) as stack:
+            workspace = sandbox.workspace(task, "red")
+            base_url = stack.client.register(rollout_id="red", task_id=task.instance_id, mode="eval")
+            rollout = HarnessRollout("red", task, workspace.path, base_url, stack.served_model_name,
+                                     tmp_path / "out", 180.0, env=workspace.command_env)
+            (result,) = harness.run([rollout], 1)
+            leak = take_leak(Path(workspace.path))
+            return result, leak, sandbox.grade(task, workspace).outcome == "resolved"
+    finally:
+        sandbox.close()
+
+
 def agent_program(targets: dict | None = None) -> str:
     """The red-team agent's program; ``targets`` written into it (an agent whose commands come from the model),
     else read from ``REDTEAM_TARGETS``."""

@@ -19,14 +19,10 @@ from harness_adapters.opencode import OpenCodeConfig
 from harness_adapters.openhands import OpenHandsConfig, ensure_openhands_env
 from harness_adapters.registry import get_harness
 from repro.execution.jail import jail_available
-from repro.protocols import HarnessRollout
-from repro.proxy import ProxyConfig
-from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-from repro.serving.stack import CpuServingConfig, running_stack
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 from repro.venvs import HarnessEnvError, env_root
-from tests.integration.test_red_team import REQUIRED, apply_from_task_file, take_leak
+from tests.integration.test_red_team import REQUIRED, apply_from_task_file, through_shell_tool
 from tests.support import npm_registry_unreachable
 
 (TASK,) = build_distribution(TaskDistributionConfig(seed=0, split="test", n_tasks=1, families=["procedural"]))
@@ -97,21 +93,9 @@ def test_an_agent_cannot_copy_the_task_file_through_its_shell_tool_when_jailed(
     command = apply_from_task_file(secret)
     (tmp_path / "scenarios.json").write_text(json.dumps({name: replies(command)}))
     task = replace(TASK, problem_statement=f"SCENARIO {name}. {TASK.problem_statement}")
-    sandbox = LocalSandbox(LocalSandboxConfig(workspace_root=str(tmp_path / "workspaces")))
-    try:
-        with get_harness(name, cfg) as harness, running_stack(
-                model_dir, CpuServingConfig(default_max_tokens=512), ProxyConfig(port=0), tmp_path,
-                server_overrides={"scenarios": tmp_path / "scenarios.json", "max_model_len": 65536}) as stack:
-            assert harness.identity()["settings"]["isolation"] == isolation
-            workspace = sandbox.workspace(task, "red")
-            base_url = stack.client.register(rollout_id="red", task_id=task.instance_id, mode="eval")
-            rollout = HarnessRollout("red", task, workspace.path, base_url, stack.served_model_name,
-                                     tmp_path / "out", 180.0, env=workspace.command_env)
-            (result,) = harness.run([rollout], 1)
-            leak = take_leak(Path(workspace.path))
-            resolved = sandbox.grade(task, workspace).outcome == "resolved"
-    finally:
-        sandbox.close()
+    with get_harness(name, cfg) as harness:
+        assert harness.identity()["settings"]["isolation"] == isolation
+        result, leak, resolved = through_shell_tool(harness, task, model_dir, tmp_path, 65536)
     assert result.status == "finished", (result.status, result.reason)
     assert "done" in leak, (result.status, result.reason)  # the shell tool ran in both runs
     if isolation == "jail":

@@ -15,13 +15,9 @@ import pytest
 from harness_adapters.node_cli_env import SPECS
 from harness_adapters.registry import get_harness, harness_class
 from repro.execution.jail import jail_available
-from repro.protocols import HarnessRollout
-from repro.proxy import ProxyConfig
-from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-from repro.serving.stack import CpuServingConfig, running_stack
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
-from tests.integration.test_red_team import REQUIRED, apply_from_task_file, take_leak
+from tests.integration.test_red_team import REQUIRED, apply_from_task_file, through_shell_tool
 from tests.support import installed_node_cli
 
 (TASK,) = build_distribution(TaskDistributionConfig(seed=0, split="test", n_tasks=1, families=["procedural"]))
@@ -55,20 +51,8 @@ def test_a_cli_agent_cannot_copy_the_task_file_when_jailed(key: str, isolation: 
     model_dir = build_tiny_model(tmp_path / "model", TinyModelConfig(vocab_size=1024), [])
     task = replace(TASK, problem_statement=f"SCENARIO {key}. {TASK.problem_statement}")
     cfg: Any = harness_class(name).config_class(isolation=isolation)
-    sandbox = LocalSandbox(LocalSandboxConfig(workspace_root=str(tmp_path / "workspaces")))
-    try:
-        with get_harness(name, cfg) as harness, running_stack(
-                model_dir, CpuServingConfig(default_max_tokens=512), ProxyConfig(port=0), tmp_path,
-                server_overrides={"scenarios": tmp_path / "scenarios.json", "max_model_len": 131072}) as stack:
-            workspace = sandbox.workspace(task, "red")
-            base_url = stack.client.register(rollout_id="red", task_id=task.instance_id, mode="eval")
-            rollout = HarnessRollout("red", task, workspace.path, base_url, stack.served_model_name,
-                                     tmp_path / "out", 180.0, env=workspace.command_env)
-            (result,) = harness.run([rollout], 1)
-            leak = take_leak(Path(workspace.path))
-            resolved = sandbox.grade(task, workspace).outcome == "resolved"
-    finally:
-        sandbox.close()
+    with get_harness(name, cfg) as harness:
+        result, leak, resolved = through_shell_tool(harness, task, model_dir, tmp_path, 131072)
     assert "done" in leak, (result.status, result.reason)  # the tool ran in both runs
     if isolation == "jail":
         assert "No such file" in leak and not resolved
