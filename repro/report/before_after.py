@@ -29,7 +29,7 @@ from repro.report.cells import (
     seeds_cell,
 )
 from repro.report.families import Sections, family_frame, family_markdown, family_rows, summed_slips, write_family_csvs
-from repro.report.protocol import protocol_note
+from repro.report.protocol import protocol_note, without_seeds
 from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
 from repro.report.table_files import table_file_stem, write_named_tables
 
@@ -87,13 +87,6 @@ def config_key(run: dict[str, Any]) -> tuple:
     job = json.dumps(without_seeds(run["run_config"].get("job", {})), sort_keys=True) if "run_config" in run else ""
     return (run["fingerprint"], run.get("loop", "proxy"), run["samples"]["weighting"], run["samples"]["mode"],
             run["train_tasks"], repr(sorted(rl.items())), repr(sorted(trainer.items())), job)
-
-
-def without_seeds(node: Any) -> Any:
-    """A config tree without its ``seed`` keys (the training seed reaches the model, SFT, RL, filter...)."""
-    if isinstance(node, dict):
-        return {k: without_seeds(v) for k, v in node.items() if k != "seed"}
-    return [without_seeds(v) for v in node] if isinstance(node, list) else node
 
 
 def row(run: dict[str, Any]) -> dict[str, Any]:

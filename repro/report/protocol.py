@@ -7,6 +7,7 @@ only the records' timestamps can back.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,62 @@ def split_name(run: dict[str, Any]) -> str:
         return str(tasks["split"])
     parts = str(run.get("task_distribution", "")).split(":")
     return parts[2] if len(parts) > 2 and parts[0] == "bundled" else "?"
+
+
+def split_stream(run: dict[str, Any]) -> str | None:
+    """The task modules a run scored, whatever their number or statement style: ``procedural:test:s0`` of
+    ``bundled:procedural:test:locate:n150:s0`` (a smaller set is a prefix of a larger one, and every difficulty is
+    written on the same modules); None for runs that scored no bundled task set."""
+    parts = str(run.get("task_distribution", "")).split(":")
+    if len(parts) < 4 or parts[0] != "bundled":
+        return None
+    return ":".join([parts[1], parts[2], parts[-1]])
+
+
+def without_seeds(node: Any) -> Any:
+    """A config tree without its ``seed`` keys (the training seed reaches the model, SFT, RL, filter...)."""
+    if isinstance(node, dict):
+        return {k: without_seeds(v) for k, v in node.items() if k != "seed"}
+    return [without_seeds(v) for v in node] if isinstance(node, list) else node
+
+
+def configuration(run: dict[str, Any]) -> str:
+    """What makes runs of any table one configuration: the experiment and its whole config less the training seeds
+    (the kind and fingerprint where a record has no config)."""
+    config = run.get("run_config")
+    if not config:
+        return f"{hydra_experiment(run)}\0{run.get('kind')}:{run.get('fingerprint')}"
+    body = json.dumps(without_seeds(config), sort_keys=True)
+    return f"{hydra_experiment(run)}\0{body}"
+
+
+def count_split_use(runs: Runs) -> None:
+    """Give every run scoring a bundled task stream ``split_configurations``: how many distinct configurations
+    among ``runs`` (every published record, all tables) scored that stream, and ``split_first_scored``: when the
+    first of them started."""
+    by_stream: dict[str, set[str]] = {}
+    first: dict[str, float] = {}
+    for run in runs:
+        stream = split_stream(run)
+        if stream is not None:
+            by_stream.setdefault(stream, set()).add(configuration(run))
+            first[stream] = min(first.get(stream, float("inf")), run.get("started_at", 0))
+    for run in runs:
+        stream = split_stream(run)
+        if stream is not None:
+            run["split_configurations"] = len(by_stream[stream])
+            run["split_first_scored"] = first[stream]
+
+
+def _use(runs: Runs) -> str:
+    """" Over all published tables, N configurations have scored this split (first on ...)." where counted."""
+    counted = [r for r in runs if "split_configurations" in r]
+    if not counted:
+        return ""
+    count, stream = counted[0]["split_configurations"], split_stream(counted[0])
+    return (f" Over every published table, {count} distinct configuration{'s' if count > 1 else ''} "
+            f"{'have' if count > 1 else 'has'} scored these modules (`{stream}`, any size or statement style), "
+            f"the first on {_when(counted[0]['split_first_scored'])} UTC.")
 
 
 def _when(started: float) -> str:
@@ -54,7 +111,8 @@ def protocol_note(runs: Runs, kind_runs: Runs, config_key: Callable[[dict[str, A
     configs = len({config_key(r) for r in runs})
     text = (f"Protocol, from the records: {len(runs)} run{'s' if len(runs) > 1 else ''} of "
             f"{configs} configuration{'s' if configs > 1 else ''} scored the {split} split "
-            f"`{first.get('task_distribution', '?')}`, started {_span(runs)} UTC at commit {_commits(runs)}.")
+            f"`{first.get('task_distribution', '?')}`, started {_span(runs)} UTC at commit {_commits(runs)}."
+            + _use(runs))
     if split != "test":
         return text
     experiment = hydra_experiment(first)

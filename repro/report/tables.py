@@ -29,6 +29,7 @@ from repro.report.eval_table import write_eval_tables
 from repro.report.harness_matrix import write_harness_matrix_tables
 from repro.report.jail_table import write_jail_overhead_tables
 from repro.report.loop_comparison import write_loop_comparison_tables
+from repro.report.protocol import count_split_use
 from repro.report.records import failure_input, publish, read_records, records_of_outputs, table_input
 from repro.report.tokenizer_drift import write_tokenizer_drift_tables
 
@@ -63,8 +64,10 @@ def finished_runs(records: dict[str, dict[str, Any]]) -> dict[str, list[dict[str
     """The table inputs of the finished runs among ``records`` per metrics ``kind``, oldest first, then by id."""
     finished = sorted((r["metrics"].get("started_at", 0), rid, r) for rid, r in records.items() if r.get("metrics"))
     by_kind: dict[str, list[dict[str, Any]]] = {}
-    for _, _, record in finished:
-        by_kind.setdefault(record["metrics"].get("kind", "unknown"), []).append(table_input(record))
+    inputs = [table_input(record) for _, _, record in finished]
+    count_split_use(inputs)
+    for run in inputs:
+        by_kind.setdefault(run.get("kind", "unknown"), []).append(run)
     return by_kind
 
 

@@ -8,7 +8,7 @@ from repro.evaluation.paired import SIGN_FLIP_RESAMPLES, paired_summary
 from repro.report.before_after import run_markdown
 from repro.report.cells import IDENTICAL, paired_cells, sign_flip_cell
 from repro.report.families import family_of, family_rows, summed_slips
-from repro.report.protocol import protocol_note, split_name
+from repro.report.protocol import count_split_use, protocol_note, split_name
 
 
 def _id(op: str, i: int) -> str:
@@ -95,6 +95,24 @@ def test_the_protocol_note_dates_validation_against_the_test_runs() -> None:
     assert "1 of them started after the first test run here" in note
     assert "No validation run" in protocol_note(tests, tests, key)
     assert "test split" not in protocol_note([early], [early], key)  # a validation table: no verdict to give
+
+
+def test_the_note_counts_every_configuration_that_scored_the_same_modules_in_any_table() -> None:
+    """Seeds of one configuration count once; another size of the same stream, another table's configuration and
+    another statement style on the same modules each count; another test seed is another split."""
+    seeds = [_run("test", 1000.0 + i, "mini_repro") | {"seed": i} for i in range(3)]
+    for i, run in enumerate(seeds):
+        run["run_config"] = {"job": {"seed": i, "_target_": "mini"}, "seed": i}
+    bigger = _run("test", 900.0, "mini_repro") | {"task_distribution": "bundled:procedural:test:locate:n500:s0"}
+    other_style = _run("test", 950.0, "harness_sweep") | {"task_distribution": "bundled:procedural:test:one_step:n50:s0",
+                                                         "run_config": {"job": {"_target_": "eval"}}}
+    fresh = _run("test", 5000.0, "mini_repro") | {"task_distribution": "bundled:procedural:test:locate:n150:s1"}
+    count_split_use(runs := [*seeds, bigger, other_style, fresh])
+    assert [r["split_configurations"] for r in runs] == [3, 3, 3, 3, 3, 1]
+    assert seeds[0]["split_first_scored"] == 900.0 and fresh["split_first_scored"] == 5000.0
+    note = protocol_note(seeds, seeds, lambda r: ("one",))
+    assert "3 runs of 1 configuration" in note and "3 distinct configurations have scored these modules" in note
+    assert "1 distinct configuration has scored" in protocol_note([fresh], [fresh], lambda r: ("one",))
 
 
 def test_the_seeds_as_the_sample_give_a_t_interval_and_test() -> None:
