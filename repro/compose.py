@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from repro.configs import CONFIG_DIR, CONFIG_MODULE, EXPERIMENT_GROUP, config_groups
 
@@ -43,5 +43,14 @@ def compose_config(overrides: list[str]) -> DictConfig:
     experiment = cfg.hydra.runtime.choices.get("experiment")
     with open_dict(cfg):
         del cfg["hydra"]
-        cfg.run.name = cfg.run.name or experiment
+        cfg.run.name = cfg.run.name or default_run_name(cfg, experiment)
     return cfg
+
+
+def default_run_name(cfg: DictConfig, experiment: str | None) -> str | None:
+    """The experiment's name, with ``_validation`` where its held-out tasks are the validation split
+    (``tasks.split=validation`` runs as ``mini_repro_validation``: its own folder and table)."""
+    split = OmegaConf.select(cfg, "tasks.split", default=None)
+    if experiment is None or split != "validation" or experiment.endswith("_validation"):
+        return experiment
+    return f"{experiment}_validation"

@@ -13,6 +13,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from repro.compose import default_run_name
 from repro.configs import CONFIG_PATH
 from repro.runner import check_experiment, output_root, record_failure, run_configured
 
@@ -22,7 +23,7 @@ def sweep_job(cfg: DictConfig) -> str:
     harness version, a crash) writes ``error.json`` there and the sweep goes on; the sweep's end lists it."""
     hydra_cfg = HydraConfig.get()
     with open_dict(cfg):
-        cfg.run.name = cfg.run.name or hydra_cfg.runtime.choices.get("experiment")
+        cfg.run.name = cfg.run.name or default_run_name(cfg, hydra_cfg.runtime.choices.get("experiment"))
     run_dir = Path(hydra_cfg.runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     overrides = list(hydra_cfg.overrides.task)

@@ -10,12 +10,22 @@ from typing import Any
 
 import pandas as pd
 
+from repro.report.protocol import split_name
+
+
+def table_name(run: dict[str, Any]) -> str:
+    """The table a run belongs to: its ``table``, else its experiment, with ``_validation`` added when it scored
+    the validation split and the name does not say so already: a validation run never joins its experiment's test
+    table, whatever name it was run under."""
+    name = str(run.get("table") or run["experiment"])
+    return f"{name}_validation" if split_name(run) == "validation" and not name.endswith("_validation") else name
+
 
 def by_table(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Runs per table name (a run's ``table``, else its experiment), in order."""
+    """Runs per table name (:func:`table_name`), in order."""
     tables: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
-        tables.setdefault(run.get("table") or run["experiment"], []).append(run)
+        tables.setdefault(table_name(run), []).append(run)
     return tables
 
 

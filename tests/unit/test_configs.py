@@ -210,3 +210,11 @@ def test_the_manifest_records_the_checkouts_commit_and_none_for_an_installed_pac
     assert _git_sha(installed) is None
     (tmp_path / "site-packages/repro").mkdir(parents=True)
     assert _git_sha(tmp_path / "site-packages/repro") is None  # no checkout at all
+
+
+def test_a_run_on_another_split_is_named_for_it() -> None:
+    """`tasks.split=validation` runs as `<experiment>_validation` (its own folder, table and eval name) unless named."""
+    assert _composed(["experiment=mini_repro"])[".run.name"] == "mini_repro"
+    validation = _composed(["experiment=mini_repro", "tasks.split=validation"])
+    assert validation[".run.name"] == validation[".eval.experiment"] == "mini_repro_validation"
+    assert _composed(["experiment=mini_repro", "tasks.split=validation", "run.name=mine"])[".run.name"] == "mine"

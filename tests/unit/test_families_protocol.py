@@ -104,8 +104,8 @@ def test_the_note_counts_every_configuration_that_scored_the_same_modules_in_any
     for i, run in enumerate(seeds):
         run["run_config"] = {"job": {"seed": i, "_target_": "mini"}, "seed": i}
     bigger = _run("test", 900.0, "mini_repro") | {"task_distribution": "bundled:procedural:test:locate:n500:s0"}
-    other_style = _run("test", 950.0, "harness_sweep") | {"task_distribution": "bundled:procedural:test:one_step:n50:s0",
-                                                         "run_config": {"job": {"_target_": "eval"}}}
+    other_style = _run("test", 950.0, "harness_sweep") | {
+        "task_distribution": "bundled:procedural:test:one_step:n50:s0", "run_config": {"job": {"_target_": "eval"}}}
     fresh = _run("test", 5000.0, "mini_repro") | {"task_distribution": "bundled:procedural:test:locate:n150:s1"}
     count_split_use(runs := [*seeds, bigger, other_style, fresh])
     assert [r["split_configurations"] for r in runs] == [3, 3, 3, 3, 3, 1]
@@ -126,3 +126,14 @@ def test_the_seeds_as_the_sample_give_a_t_interval_and_test() -> None:
     assert seeds_cell([0.014, 0.084, 0.090]) == "+6.3 [-4.2, +16.8], p 0.124"
     assert seeds_cell([0.1]) == "-" and seeds_cell([0.0, 0.0]) == "every seed +0.0"
     assert across_seeds([0.10, 0.11, 0.12, 0.10, 0.11])["p"] < 1e-4  # consistent seeds: clearly not 0
+
+
+def test_a_validation_run_never_joins_its_experiments_test_table() -> None:
+    from repro.report.table_files import by_table, table_name
+
+    test, named = _run("test", 1.0, "mini_repro"), _run("validation", 2.0, "mini_repro_validation")
+    unnamed = _run("validation", 3.0, "mini_repro")  # run under the experiment's own name
+    assert [table_name(r) for r in (test, named, unnamed)] == ["mini_repro", *["mini_repro_validation"] * 2]
+    assert {k: len(v) for k, v in by_table([test, named, unnamed]).items()} == {"mini_repro": 1,
+                                                                             "mini_repro_validation": 2}
+    assert table_name({"experiment": "bench_proxy"}) == "bench_proxy"  # no task set: no split to add
