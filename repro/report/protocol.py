@@ -99,14 +99,25 @@ def _commits(runs: Runs) -> str:
 
 
 def _job(run: dict[str, Any]) -> str:
-    """What makes runs one experiment whatever their table: the job the config ran, else the experiment name."""
-    return str(((run.get("run_config") or {}).get("job") or {}).get("_target_") or hydra_experiment(run))
+    """What makes runs one experiment whatever their table: the job function the config ran (its name, so that a
+    module moved between records is the same job), else the experiment name."""
+    target = ((run.get("run_config") or {}).get("job") or {}).get("_target_")
+    return str(target).rsplit(".", 1)[-1] if target else hydra_experiment(run)
 
 
 def protocol_note(runs: Runs, kind_runs: Runs, config_key: Callable[[dict[str, Any]], tuple]) -> str:
+    """A paragraph per task stream the table's runs scored (:func:`split_stream`; a table whose default moved to a
+    fresh test split has one for each): see :func:`stream_note`."""
+    streams: dict[str | None, Runs] = {}
+    for run in runs:
+        streams.setdefault(split_stream(run), []).append(run)
+    return "\n\n".join(stream_note(group, kind_runs, config_key) for group in streams.values())
+
+
+def stream_note(runs: Runs, kind_runs: Runs, config_key: Callable[[dict[str, Any]], tuple]) -> str:
     """One paragraph: the split these runs scored, by how many configurations, when, at which commits; for a test
-    table, the published validation runs of the same experiment and whether they started before the first test
-    run (``kind_runs``: every run of the table's kind, other tables included)."""
+    split, the published validation runs of the same job and whether they started before the first test run
+    (``kind_runs``: every run of the table's kind, other tables included)."""
     first, split = runs[0], split_name(runs[0])
     configs = len({config_key(r) for r in runs})
     text = (f"Protocol, from the records: {len(runs)} run{'s' if len(runs) > 1 else ''} of "
@@ -124,6 +135,7 @@ def protocol_note(runs: Runs, kind_runs: Runs, config_key: Callable[[dict[str, A
     late = [r for r in validation if r.get("started_at", 0) >= start]
     verdict = (f"{len(late)} of them started after the first test run here, so they cannot have chosen what this "
                "table scored" if late else "all of them started before the first test run here")
+    history = (" Splits scored by earlier configurations whose records are not published: `docs/miniature.md`, "
+               "\"Protocol\".") if late else ""
     return text + (f" Published validation runs of `{experiment}`: {len(validation)} "
-                   f"({', '.join(_when(r.get('started_at', 0)) for r in validation)} UTC); {verdict}. Splits scored "
-                   "by earlier configurations whose records are not published: `docs/miniature.md`, \"Protocol\".")
+                   f"({', '.join(_when(r.get('started_at', 0)) for r in validation)} UTC); {verdict}.{history}")

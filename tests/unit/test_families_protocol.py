@@ -113,6 +113,8 @@ def test_the_note_counts_every_configuration_that_scored_the_same_modules_in_any
     note = protocol_note(seeds, seeds, lambda r: ("one",))
     assert "3 runs of 1 configuration" in note and "3 distinct configurations have scored these modules" in note
     assert "1 distinct configuration has scored" in protocol_note([fresh], [fresh], lambda r: ("one",))
+    both = protocol_note([*seeds, fresh], [*seeds, fresh], lambda r: ("one",))  # a table whose default moved on
+    assert both.count("Protocol, from the records") == 2 and "`bundled:procedural:test:locate:n150:s1`" in both
 
 
 def test_the_seeds_as_the_sample_give_a_t_interval_and_test() -> None:
