@@ -31,9 +31,10 @@ def test_the_default_miniature_plans_every_phase_with_its_units() -> None:
     ws, ev, rl, flt = job.miniature.warm_start, job.miniature.eval, job.rl.schedule, job.rl.task_filter
     assert phases["warm_start_demos"] == ("demo", ws.n_demo_tasks)
     assert phases["eval_before"] == phases["eval_after"] == ("eval_sample", job.miniature.tasks.n_tasks * ev.k)
-    assert phases["probe"] == ("probe_sample", flt.pool * flt.k)
     assert phases["rl (proxy loop)"] == ("rl_rollout_proxy", rl.steps * rl.tasks_per_step * rl.samples_per_task)
-    assert "probe" not in {n for n, _, _ in _default_phases(["rl_filter.enabled=false"])}
+    assert not flt.enabled and "probe" not in phases  # the default draws RL tasks without the filter (issue 53)
+    filtered = {name: (kind, units) for name, kind, units in _default_phases(["rl_filter.enabled=true"])}
+    assert filtered["probe"] == ("probe_sample", flt.pool * flt.k)
     planned = sft_steps(instantiate(ws.sft), ws.n_demo_tasks)
     gated = (f"warm_start_sft (the decay waits for {ws.sft.decay_at_reproduced:.0%} of held-out later actions "
              f"reproduced: at most {2 * planned} steps)")
