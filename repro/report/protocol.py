@@ -73,7 +73,8 @@ def count_split_use(runs: Runs) -> None:
 
 
 def _use(runs: Runs) -> str:
-    """" Over all published tables, N configurations have scored this split (first on ...)." where counted."""
+    """The sentence on how many configurations of every published table scored these runs' modules, and when the
+    first did ("" where :func:`count_split_use` has not counted them)."""
     counted = [r for r in runs if "split_configurations" in r]
     if not counted:
         return ""
