@@ -11,6 +11,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from repro.configs import CONFIG_DIR, CONFIG_MODULE, EXPERIMENT_GROUP, config_groups
+from repro.report.protocol import split_table_name
 
 
 def experiment_names() -> list[str]:
@@ -50,7 +51,6 @@ def compose_config(overrides: list[str]) -> DictConfig:
 def default_run_name(cfg: DictConfig, experiment: str | None) -> str | None:
     """The experiment's name, with ``_validation`` where its held-out tasks are the validation split
     (``tasks.split=validation`` runs as ``mini_repro_validation``: its own folder and table)."""
-    split = OmegaConf.select(cfg, "tasks.split", default=None)
-    if experiment is None or split != "validation" or experiment.endswith("_validation"):
-        return experiment
-    return f"{experiment}_validation"
+    if experiment is None:
+        return None
+    return split_table_name(experiment, OmegaConf.select(cfg, "tasks.split", default=None))

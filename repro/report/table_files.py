@@ -10,15 +10,14 @@ from typing import Any
 
 import pandas as pd
 
-from repro.report.protocol import split_name
+from repro.report.protocol import split_name, split_table_name
 
 
 def table_name(run: dict[str, Any]) -> str:
     """The table a run belongs to: its ``table``, else its experiment, with ``_validation`` added when it scored
     the validation split and the name does not say so already: a validation run never joins its experiment's test
     table, whatever name it was run under."""
-    name = str(run.get("table") or run["experiment"])
-    return f"{name}_validation" if split_name(run) == "validation" and not name.endswith("_validation") else name
+    return split_table_name(str(run.get("table") or run["experiment"]), split_name(run))
 
 
 def by_table(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
