@@ -13,7 +13,9 @@ Build protocol (idempotent, safe across processes):
 
 The venv is created without its own pip (saves ~4.5 s of ``ensurepip``); packages are installed by the
 calling interpreter's pip through ``pip --python <env python>``. Where the caller has no pip, the venv gets
-its own. The marker also records every installed distribution and its version (the env's lock).
+its own. pip installs without byte-compiling; the env's interpreter then compiles site-packages on every core
+(:func:`compile_bytecode`; the same ``.pyc`` files, ~9 s sooner for mini-SWE-agent on 2 cores). The marker also
+records every installed distribution and its version (the env's lock).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from repro.files import cache_dir, locked
 
 MARKER_NAME = ".repro-env.json"
 PIP_LOG_NAME = "pip-install.log"
+COMPILE_LOG_NAME = "compileall.log"
 _TAIL_LINES = 30
 
 
@@ -143,12 +146,27 @@ def _build(root: Path, packages: list[str], python: str, expected: str, timeout_
     venv_cmd = [python, "-m", "venv", *([] if own_pip else ["--without-pip"]), str(root)]
     run_or_raise(venv_cmd, None, timeout_s, "venv creation")
     pip = [str(_env_python(root)), "-m", "pip"] if own_pip else _outer_pip(root)
-    install = [*pip, "install", "--disable-pip-version-check", "--no-input", *packages]
+    install = [*pip, "install", "--disable-pip-version-check", "--no-input", "--no-compile", *packages]
     run_or_raise(install, root / PIP_LOG_NAME, timeout_s, "pip install")
     if remove:
         run_or_raise([*pip, "uninstall", "--yes", *remove], root / "pip-uninstall.log", timeout_s, "pip uninstall")
+    compile_bytecode(root, timeout_s)
     _write_marker(root, packages, python, expected, time.monotonic() - started)
     print(f"built {root.name} in {time.monotonic() - started:.0f}s", flush=True)
+
+
+def compile_bytecode(root: Path, timeout_s: float) -> int:
+    """Byte-compile the env's site-packages on every core (``compileall -j 0``), as pip would have one file after
+    another (mini-SWE-agent's env: 9,845 files, 11 s on 2 cores against pip's ~20 s). A file that does not compile
+    (a package's template or Python-2 fixture) is skipped, as pip skips it: the exit code is logged, not raised."""
+    cmd = [str(_env_python(root)), "-m", "compileall", "-q", "-j", "0", str(_site_packages(root))]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise HarnessEnvError(f"byte-compiling {root} timed out after {timeout_s:.0f}s; retry with:\n"
+                              f"  {shlex.join(cmd)}") from exc
+    (root / COMPILE_LOG_NAME).write_text(f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+    return proc.returncode
 
 
 def _outer_pip(root: Path) -> list[str]:

@@ -15,11 +15,12 @@ from repro import venvs as envs
 from repro.venvs import HarnessEnvError, ensure_harness_env
 
 
-def make_wheel(directory: Path, version: str = "0.1") -> Path:
-    """Write a tiny pure-Python wheel ``repro_dummy-<version>`` and return its path."""
+def make_wheel(directory: Path, version: str = "0.1", extra: dict[str, str] | None = None) -> Path:
+    """Write a tiny pure-Python wheel ``repro_dummy-<version>`` (plus ``extra`` files) and return its path."""
     dist = f"repro_dummy-{version}"
     files = {
         "repro_dummy/__init__.py": f"VERSION = {version!r}\n",
+        **(extra or {}),
         f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: repro-dummy\nVersion: {version}\n",
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
@@ -76,6 +77,16 @@ def test_build_writes_marker_and_reports_versions(cache: Path, wheel: Path) -> N
     assert marker["packages"] == [str(wheel)]
     assert marker["sha256"] == envs.build_hash([str(wheel)], envs.sys.executable)
     assert marker["installed"]["repro-dummy"] == "0.1"
+
+
+def test_build_byte_compiles_and_skips_what_does_not_compile(cache: Path, tmp_path: Path) -> None:
+    """pip installs with --no-compile; the env's own compileall writes the .pyc files pip would have, and a file
+    that is not valid Python (a package's template) is skipped with the build going on, as pip skips it."""
+    wheel = make_wheel(tmp_path, extra={"repro_dummy/template.py": "def broken(:\n"})
+    env = ensure_harness_env("dummy", "0.1", [str(wheel)])
+    compiled = {p.name.split(".")[0] for p in (env.site_packages / "repro_dummy" / "__pycache__").glob("*.pyc")}
+    assert compiled == {"__init__"}
+    assert (env.root / envs.COMPILE_LOG_NAME).read_text().startswith("exit 1")
 
 
 def test_second_call_reuses_env(cache: Path, wheel: Path, monkeypatch: pytest.MonkeyPatch) -> None:
