@@ -78,10 +78,11 @@ def test_the_default_miniature_has_several_calls_and_the_one_call_one_is_a_group
     multi, one = _composed(["experiment=mini_repro"]), _composed(["experiment=mini_repro_one_call"])
     assert (multi[".tasks.difficulty"], multi[".harness.step_limit"], multi[".rl_filter.enabled"]) == (
         "locate", 4, False)
-    assert multi[".job.miniature.warm_start.expert_slip_rate"] == 0.0 and multi[".tasks.seed"] == 1  # issue 53
+    assert (multi[".job.miniature.warm_start.expert_slip_rate"], multi[".tasks.seed"], multi[".rl.steps"]) == (
+        0.0, 2, 6)  # issue 53: no slip, a test split nothing scored before, RL that fits the 15-minute cold run
     slip = _composed(["experiment=mini_repro_slip"])  # the former default, on the test split it was scored on
-    assert (slip[".job.miniature.warm_start.expert_slip_rate"], slip[".rl_filter.enabled"], slip[".tasks.seed"]) == (
-        0.75, True, 0)
+    assert (slip[".job.miniature.warm_start.expert_slip_rate"], slip[".rl_filter.enabled"], slip[".tasks.seed"],
+            slip[".rl.steps"]) == (0.75, True, 0, 9)
     assert (one[".tasks.difficulty"], one[".harness.step_limit"], one[".rl_filter.enabled"]) == (
         "one_step_brief", 3, False)
     assert one[".job.miniature.warm_start.expert_slip_rate"] == 0.4 and one[".job.miniature.eval.k"] == 4
