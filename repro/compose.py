@@ -10,8 +10,7 @@ from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from repro.configs import CONFIG_DIR, CONFIG_MODULE, EXPERIMENT_GROUP, config_groups
-from repro.report.protocol import split_table_name
+from repro.configs import CONFIG_DIR, CONFIG_MODULE, EXPERIMENT_GROUP, config_groups, split_table_name
 
 
 def experiment_names() -> list[str]:

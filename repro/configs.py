@@ -52,3 +52,9 @@ def run_help(root: Path = CONFIG_DIR) -> str:
               "`repro run --cfg job experiment=NAME` prints its composed config without running it.",
               f"Config files: {root}"]
     return "\n".join(lines)
+
+
+def split_table_name(name: str, split: str | None) -> str:
+    """The name a run of ``name`` on ``split`` goes under: ``<name>_validation`` on the validation split (its own
+    folder and table: a validation run never joins its experiment's test table), else ``name``."""
+    return f"{name}_validation" if split == "validation" and not name.endswith("_validation") else name

@@ -27,12 +27,6 @@ def split_name(run: dict[str, Any]) -> str:
     return parts[2] if len(parts) > 2 and parts[0] == "bundled" else "?"
 
 
-def split_table_name(name: str, split: str | None) -> str:
-    """The name a run of ``name`` on ``split`` goes under: ``<name>_validation`` on the validation split (its own
-    folder and table: a validation run never joins its experiment's test table), else ``name``."""
-    return f"{name}_validation" if split == "validation" and not name.endswith("_validation") else name
-
-
 def split_stream(run: dict[str, Any]) -> str | None:
     """The task modules a run scored, whatever their number or statement style: ``procedural:test:s0`` of
     ``bundled:procedural:test:locate:n150:s0`` (a smaller set is a prefix of a larger one, and every difficulty is

@@ -10,7 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from repro.report.protocol import split_name, split_table_name
+from repro.configs import split_table_name
+from repro.report.protocol import split_name
 
 
 def table_name(run: dict[str, Any]) -> str:
