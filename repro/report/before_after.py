@@ -29,7 +29,7 @@ from repro.report.cells import (
     seeds_cell,
 )
 from repro.report.families import Sections, family_frame, family_markdown, family_rows, summed_slips, write_family_csvs
-from repro.report.protocol import protocol_note, without_seeds
+from repro.report.protocol import protocol_note, split_stream, without_seeds
 from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
 from repro.report.table_files import table_file_stem, write_named_tables
 
@@ -150,16 +150,20 @@ def _slips(runs: list[dict[str, Any]], side: str) -> dict[str, list[int]] | None
 
 
 def family_sections(group: list[dict[str, Any]]) -> Sections:
-    """One configuration's family rows: each seed's, then pooled over the seeds (per-instance means), last."""
+    """One configuration's family rows: each seed's, then pooled over the seeds (per-instance means), last; each
+    labelled with the configuration's overrides and the task stream it scored (a default that moved to a new split
+    has no overrides to tell it apart)."""
     if not all("per_instance" in r for r in group):
         return []
-    sections = [({"run": run_name(r["run_dir"]), "seed": r.get("seed", "")},
+    which = {"changed": " ".join(changed(group[0])) or "-", "held out": split_stream(group[0]) or "-"}
+    sections = [({"run": run_name(r["run_dir"]), "seed": r.get("seed", ""), **which},
                  family_rows(r["per_instance"]["before"], r["per_instance"]["after"], _slips([r], "before"),
                              _slips([r], "after"))) for r in group]
     if len(group) > 1:
         before = mean_over_seeds([r["per_instance"]["before"] for r in group])
         after = mean_over_seeds([r["per_instance"]["after"] for r in group])
-        label = {"run": f"pooled ({len(group)} seeds)", "seed": ",".join(str(r.get("seed", "?")) for r in group)}
+        label = {"run": f"pooled ({len(group)} seeds)", "seed": ",".join(str(r.get("seed", "?")) for r in group),
+                 **which}
         sections.append((label, family_rows(before, after, _slips(group, "before"), _slips(group, "after"))))
     return sections
 
@@ -193,17 +197,21 @@ def changed(run: dict[str, Any]) -> list[str]:
 
 
 def ablation_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each configuration against the default one (the runs whose only overrides are the experiment and seed):
-    Pass@1 after RL, both pooled over the seeds they share (per-instance means), paired over instances."""
+    """Each configuration against the default one on the same evaluation (the runs whose only overrides are the
+    experiment and seed, with the same fingerprint: a default that moved to a new test split is the reference of the
+    ablations run there): Pass@1 after RL, both pooled over the seeds they share (per-instance means), paired over
+    instances."""
     groups = seed_groups([r for r in runs if "overrides" in r], config_key)
-    defaults = [g for g in groups if not changed(g[0])]
-    if not defaults:
-        return []
-    reference = {str(r.get("seed")): r for r in defaults[0]}
+    defaults: dict[str, list[dict[str, Any]]] = {}
+    for group in groups:
+        if not changed(group[0]):
+            defaults.setdefault(group[0]["fingerprint"], group)
     rows = []
     for group in groups:
-        if group is defaults[0] or group[0]["fingerprint"] != defaults[0][0]["fingerprint"]:
+        default = defaults.get(group[0]["fingerprint"])
+        if default is None or group is default:
             continue
+        reference = {str(r.get("seed")): r for r in default}
         pairs = [(reference[str(r.get("seed"))], r) for r in group if str(r.get("seed")) in reference]
         if not pairs:
             continue

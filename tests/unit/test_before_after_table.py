@@ -162,3 +162,38 @@ def test_runs_whose_job_configs_differ_beyond_the_seed_are_not_pooled() -> None:
     assert _pooled_rows(run_markdown([configured(0, 10), configured(1, 10)])) == 1
     text = run_markdown([configured(0, 10), configured(1, 15)])  # another warm start: two configurations of 1 seed
     assert "pooled (" not in text
+
+
+def test_an_ablation_is_compared_with_the_default_of_its_own_evaluation() -> None:
+    """A default that moved to a new test split (another fingerprint) is the reference of the ablations run there,
+    whatever earlier defaults the table also holds (before, the first default group alone was a reference)."""
+    earlier = [_seeded(s, 2) for s in (0, 1)]
+    defaults = [_seeded(s, 8) for s in (0, 1)]
+    fragment = [_seeded(s, 4) for s in (0, 1)]
+    for run in earlier:
+        run["fingerprint"] = "0ld5p1it00"
+    for run in [*earlier, *defaults]:
+        run["overrides"] = ["experiment=mini_repro", f"seed={run['seed']}"]
+    for run in fragment:
+        run["overrides"] = ["experiment=mini_repro", f"seed={run['seed']}", "trainer.weighting=fragment"]
+        run["samples"] = {**run["samples"], "weighting": "fragment"}
+    text = run_markdown([*earlier, *defaults, *fragment])
+    (line,) = [x for x in text.splitlines() if x.startswith("| trainer.weighting=fragment")]
+    assert "20.0% [" in line and "10.0% [" in line and "-10.0 [" in line  # against the 8-solved default, not 2
+
+
+def test_family_rows_name_their_configuration() -> None:
+    """Pooled family rows of the default and of an ablation are told apart by the overrides and the split."""
+    defaults, fragment = [_seeded(s, 8) for s in (0, 1)], [_seeded(s, 4) for s in (0, 1)]
+    for run in defaults:
+        run["overrides"] = ["experiment=mini_repro", f"seed={run['seed']}"]
+    for run in fragment:
+        run["overrides"] = ["experiment=mini_repro", f"seed={run['seed']}", "trainer.weighting=fragment"]
+        run["samples"] = {**run["samples"], "weighting": "fragment"}
+    for run in [*defaults, *fragment]:
+        run["task_distribution"] = "bundled:procedural:test:locate:n40:s2"
+    lines = [x.split("|")[1:6] for x in run_markdown([*defaults, *fragment]).splitlines()
+             if x.startswith("| pooled") and "| all " in x]
+    assert [[c.strip() for c in cells] for cells in lines] == [
+        ["pooled (2 seeds)", "0,1", "-", "procedural:test:s2", "all"],
+        ["pooled (2 seeds)", "0,1", "trainer.weighting=fragment", "procedural:test:s2", "all"]]
