@@ -49,6 +49,6 @@ def test_the_command_prints_the_estimate_and_its_assumptions(capsys) -> None:
           "--context-tokens-per-rollout", "40000", "--price-per-gpu-hour", "3.5"])
     out = capsys.readouterr().out
     assert "# Plan: mini_repro on 8 x H200" in out and "| **total** |" in out and "Cost:" in out
-    for assumption in ("rl_rollouts: 576",  # the default: 9 steps x 8 tasks x 8 samples
+    for assumption in ("rl_rollouts: 384",  # the default: 6 steps x 8 tasks x 8 samples
                        "sampled_tokens: 4000.0", "training_tokens_per_s: 30000.0", "prefix-cached"):
         assert assumption in out, assumption
