@@ -155,7 +155,7 @@ def _build(root: Path, packages: list[str], python: str, expected: str, timeout_
     print(f"built {root.name} in {time.monotonic() - started:.0f}s", flush=True)
 
 
-def compile_bytecode(root: Path, timeout_s: float) -> int:
+def compile_bytecode(root: Path, timeout_s: float) -> None:
     """Byte-compile the env's site-packages on every core (``compileall -j 0``), as pip would have one file after
     another (mini-SWE-agent's env: 9,845 files, 11 s on 2 cores against pip's ~20 s). A file that does not compile
     (a package's template or Python-2 fixture) is skipped, as pip skips it: the exit code is logged, not raised."""
@@ -166,7 +166,6 @@ def compile_bytecode(root: Path, timeout_s: float) -> int:
         raise HarnessEnvError(f"byte-compiling {root} timed out after {timeout_s:.0f}s; retry with:\n"
                               f"  {shlex.join(cmd)}") from exc
     (root / COMPILE_LOG_NAME).write_text(f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
-    return proc.returncode
 
 
 def _outer_pip(root: Path) -> list[str]:
