@@ -54,7 +54,7 @@ from harness_adapters.processes import (
 )
 from harness_adapters.worker_process import Event, WorkerProcess, WorkerStartError
 from repro.execution.jail import INIT, Jail
-from repro.protocols import HarnessResult, HarnessRollout
+from repro.protocols import HarnessLimits, HarnessResult, HarnessRollout
 from repro.venvs import HarnessEnv
 
 __all__ = ["WORKER_SCRIPT", "MiniSweAgentHarness", "WorkerStartError"]
@@ -130,9 +130,15 @@ class MiniSweAgentHarness:
     """mini-SWE-agent ``cfg.version`` driven headless through ``workers`` long-lived worker processes."""
 
     name = NAME
+    loop_kind = "proxy"
     acts_in_containers = True  # a rollout with a ContainerSpec runs in mini's own DockerEnvironment
     cfg: MiniSweAgentConfig
     version: str
+
+    @property
+    def limits(self) -> HarnessLimits:
+        """Its config's step and wall-time limits."""
+        return HarnessLimits.of(self.cfg)
 
     def __init__(
         self,

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro.protocols import GradeResult, HarnessResult, HarnessRollout, command_env, require_container_support
+from repro.protocols import (
+    GradeResult,
+    HarnessLimits,
+    HarnessResult,
+    HarnessRollout,
+    command_env,
+    require_container_support,
+)
 from repro.sandbox.docker_engine import ImageMissing
 from repro.sandbox.repos import RepoError
 from repro.tasks.schema import Task
@@ -189,6 +196,19 @@ class RayFanout:
 
     def identity(self) -> dict[str, Any]:
         return self._identity
+
+    @property
+    def name(self) -> str:
+        return str(self._identity.get("name", ""))
+
+    @property
+    def version(self) -> str:
+        return str(self._identity.get("version", ""))
+
+    @property
+    def limits(self) -> HarnessLimits:
+        """The limits of the hosts' harness config."""
+        return HarnessLimits.of(self.cfg)
 
     def base_url(self, client: Any, rollout_id: str) -> str:
         """The rollout's base URL (its capability: :class:`repro.proxy.client.ProxyClient`) as the hosts reach the

@@ -88,8 +88,8 @@ def evaluate(model_dir: Path, out: Path, n_tasks: int, k: int, overrides: list[s
     with p.setup.harness_and_sandbox(workers=2) as (agent, box):
         spec = build_spec(agent, name, tasks, p.setup.sandbox, p.eval, p.tasks.seed, p.setup.served_model_name)
         with p.setup.server(model_dir, out) as stack:
-            evaluator = Evaluator(stack, agent, box, spec, p.eval, out / "traces.sqlite")
-            reports = evaluator.evaluate(tasks, out / "eval", "lab")
+            evaluator = Evaluator(stack, agent, box, p.eval, spec=spec, store_path=out / "traces.sqlite")
+            reports = evaluator.evaluate(tasks, out / "eval", "lab").reports
     resolved = sum(r.outcome == "resolved" for r in reports)
     print("EVAL", json.dumps({"model": str(model_dir), "resolved": resolved, "n": len(reports),
                               "pass1": resolved / len(reports), "seconds": time.time() - started}))

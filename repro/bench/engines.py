@@ -24,15 +24,15 @@ from typing import Any
 import psutil
 
 from repro.accounting import Accountant
-from repro.evaluation import write_metrics
+from repro.evaluation import pass_at_1, write_metrics
 from repro.experiments.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature
 from repro.rebuilt.harness import LoopConfig
 from repro.report.engines import engines_markdown
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import Evaluator
+from repro.rl.loop import RLLoop
 from repro.rl.rollouts import GradeCache
-from repro.rl.trainer import RLTrainer
 from repro.serving.stack import VllmServingConfig, running_stack
 
 ENGINES = ("cpu", "vllm")
@@ -115,10 +115,6 @@ class PhaseTimer:
         return value
 
 
-def pass_at_1(reports: list[Any]) -> float:
-    return sum(r.outcome == "resolved" for r in reports) / len(reports) if reports else 0.0
-
-
 def run_engine(mini: Miniature, arm: ArmConfig, name: str, serving: Any, bench: EngineBenchConfig) -> dict[str, Any]:
     """The miniature's phases after the warm start on one engine (its own directory, policy copy and server)."""
     engine_dir = mini.run_dir / name
@@ -133,13 +129,15 @@ def run_engine(mini: Miniature, arm: ArmConfig, name: str, serving: Any, bench: 
             sampler.peaks["startup"] = tree_rss_mb(stack.server_pid)
             timer = PhaseTimer(store, sampler)
 
-            evaluator = Evaluator(stack, mini.agent, mini.box, mini.spec, cfg.eval, store, grades)
+            evaluator = Evaluator(stack, mini.agent, mini.box, cfg.eval, spec=mini.spec, store_path=store,
+                                  grades=grades)
 
             def evaluate(phase: str) -> list[Any]:
-                return evaluator.evaluate(mini.test_list, engine_dir / phase, f"{name}-{phase}")
+                return evaluator.evaluate(mini.test_list, engine_dir / phase, f"{name}-{phase}").reports
 
             def rl() -> list[dict[str, Any]]:
-                return RLTrainer(stack, mini.agent, mini.box, arm.rl, engine_dir, accountant=acct).fit(mini.rl_tasks)
+                steps = RLLoop(stack, mini.agent, mini.box, arm.rl, engine_dir, accountant=acct).fit(mini.rl_tasks)
+                return [s.record for s in steps]
 
             before = timer.run("eval_before", evaluate, "eval_before")
             history = timer.run("rl", rl)
@@ -174,7 +172,7 @@ def bf16_parity(mini: Miniature, vllm: VllmServingConfig, n_tasks: int) -> dict[
     phase_dir.mkdir(parents=True, exist_ok=True)
     serving = dataclasses.replace(vllm, dtype="bfloat16")
     with running_stack(stage_policy(mini.warm_dir, phase_dir), serving, mini.cfg.setup.proxy, phase_dir) as stack:
-        Evaluator(stack, mini.agent, mini.box, mini.spec, mini.cfg.eval).evaluate(
+        Evaluator(stack, mini.agent, mini.box, mini.cfg.eval, spec=mini.spec).evaluate(
             mini.test_list[:n_tasks], phase_dir / "eval", "vllm-bf16")
     return parity(phase_dir / "traces.sqlite", mini.warm_dir, "bfloat16")
 

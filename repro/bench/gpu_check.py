@@ -177,8 +177,8 @@ def run_rollouts(ctx: Context) -> tuple[list[Any], dict[str, Any]]:
         spec = build_spec(agent, "bundled:gpu_check", ctx.tasks, sandbox_cfg, ev, 0)
         box = LocalSandbox(sandbox_cfg)
         try:
-            evaluator = Evaluator(ctx.stack, agent, box, spec, ev, run_dir / "traces.sqlite")
-            reports = evaluator.evaluate(ctx.tasks, run_dir, SERVED_NAME)
+            evaluator = Evaluator(ctx.stack, agent, box, ev, spec=spec, store_path=run_dir / "traces.sqlite")
+            reports = evaluator.evaluate(ctx.tasks, run_dir, SERVED_NAME).reports
         finally:
             box.close()
     write_metrics(run_dir, eval_metrics(reports, spec, "gpu_check", SERVED_NAME))

@@ -107,8 +107,8 @@ def eval_docker_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileConfig
                     make_sandbox(config))
                 phase_started = time.time()
                 with sandbox as box:
-                    evaluator = Evaluator(stack, agent, box, spec, eval, run_dir / "traces.sqlite")
-                    reports = evaluator.evaluate(task_list, run_dir / arm, model_name)
+                    evaluator = Evaluator(stack, agent, box, eval, spec=spec, store_path=run_dir / "traces.sqlite")
+                    reports = evaluator.evaluate(task_list, run_dir / arm, model_name).reports
                 arms[arm] = eval_metrics(reports, spec, eval.experiment, model_name, started_at=phase_started,
                                          durations_s={"evaluation": time.time() - phase_started})
                 arms[arm]["rollout_times"] = _rollout_times(reports)

@@ -38,8 +38,8 @@ def evaluate_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileConfig, e
         model_dir, model_name = (Path(), setup.served_model_name) \
             if isinstance(setup.serving, EndpointServingConfig) else eval_model(setup.model, eval, task_list)
         with setup.server(model_dir, run_dir) as stack:
-            evaluator = Evaluator(stack, agent, box, spec, eval, run_dir / "traces.sqlite")
-            reports = evaluator.evaluate(task_list, run_dir, model_name)
+            evaluator = Evaluator(stack, agent, box, eval, spec=spec, store_path=run_dir / "traces.sqlite")
+            reports = evaluator.evaluate(task_list, run_dir, model_name).reports
     cost = Cost(cpu_h={"evaluation": (_cpu_seconds() - cpu0) / 3600})
     metrics = eval_metrics(reports, spec, eval.experiment, model_name, cost=cost, started_at=started,
                            durations_s={"evaluation": time.time() - started},

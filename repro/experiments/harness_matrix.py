@@ -34,8 +34,8 @@ from repro.rebuilt.harness import LoopConfig, rl_harness
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import Evaluator, build_spec, refuse_if_all_infra
+from repro.rl.loop import RLLoop
 from repro.rl.rollouts import GradeCache
-from repro.rl.trainer import RLTrainer
 from repro.sandbox.select import make_sandbox
 from repro.tasks.sets import load_task_set
 from repro.tinymodel.recipe import build_recipe_model
@@ -106,8 +106,8 @@ class Matrix:
         out = {}
         for name, mini in self.minis.items():
             store = Path(stack.proxy.store_path)
-            reports = Evaluator(stack, mini.agent, mini.box, mini.spec, mini.cfg.eval, store, mini.grades).evaluate(
-                mini.test_list, phase_dir / name, label)
+            reports = Evaluator(stack, mini.agent, mini.box, mini.cfg.eval, spec=mini.spec, store_path=store,
+                                grades=mini.grades).evaluate(mini.test_list, phase_dir / name, label).reports
             refuse_if_all_infra(reports, phase_dir / name)
             out[name] = reports
         return out
@@ -158,9 +158,9 @@ def train_arm(matrix: Matrix, arm: tuple[str, str, str], rl: RLConfig) -> dict[s
     with mini.cfg.setup.server(policy, arm_dir) as stack:
         with rl_harness(LoopConfig(kind), mini.agent, policy) as agent, \
                 tracked(matrix.run_dir, mini.cfg.setup.tracking, f"rl-{name}") as tracker:
-            trainer = RLTrainer(stack, agent, mini.box, rl, arm_dir, tracker=tracker, accountant=acct,
+            trainer = RLLoop(stack, agent, mini.box, rl, arm_dir, tracker=tracker, accountant=acct,
                                 grades=mini.grades, probe_harness=mini.agent)
-            history = trainer.fit(mini.rl_tasks)
+            history = [s.record for s in trainer.fit(mini.rl_tasks)]
         with acct.phase("eval_after"):
             after = matrix.evaluate_all(stack, arm_dir / "eval", f"rl-{name}")
     return {"trained_in": trained_in, "loop": kind, "dir": arm_dir, "after": after, "history": history,

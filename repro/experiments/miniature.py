@@ -28,8 +28,8 @@ from repro.rebuilt.harness import LoopConfig, rl_harness
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
+from repro.rl.loop import RLLoop
 from repro.rl.rollouts import GradeCache
-from repro.rl.trainer import RLTrainer
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.schema import Task
 from repro.tasks.sets import load_task_set
@@ -78,7 +78,7 @@ class Miniature:
 
     def evaluator(self, stack: Any) -> Evaluator:
         """The frozen evaluation of the held-out tasks against ``stack``'s model."""
-        return Evaluator(stack, self.agent, self.box, self.spec, self.cfg.eval, grades=self.grades)
+        return Evaluator(stack, self.agent, self.box, self.cfg.eval, spec=self.spec, grades=self.grades)
 
     def evaluate_start(self) -> list[InstanceReport]:
         """The frozen evaluation of the warm start (``eval_before/``), the point every arm starts from."""
@@ -88,7 +88,7 @@ class Miniature:
         started = time.monotonic()
         with self.cfg.setup.server(self.warm_dir, self.run_dir) as stack, self.acct.phase("eval_before"):
             evaluator = self.evaluator(stack)
-            before = evaluator.evaluate(self.test_list, self.run_dir / "eval_before", self.warm_label)
+            before = evaluator.evaluate(self.test_list, self.run_dir / "eval_before", self.warm_label).reports
         record_rate("eval_sample", evaluator.ran, time.monotonic() - started)
         refuse_if_all_infra(before, self.run_dir / "eval_before")
         return before
@@ -180,15 +180,15 @@ def run_arm(mini: Miniature, arm_dir: Path, arm: ArmConfig, label: str,
         rl_started = time.monotonic()
         with rl_harness(arm.loop, mini.agent, policy) as rl_agent, \
                 tracked(mini.run_dir, mini.cfg.setup.tracking, label) as tracker:
-            trainer = RLTrainer(stack, rl_agent, mini.box, rl, arm_dir, tracker=tracker, accountant=acct,
+            trainer = RLLoop(stack, rl_agent, mini.box, rl, arm_dir, tracker=tracker, accountant=acct,
                                 grades=mini.grades, probe_harness=mini.agent)
-            history = trainer.fit(mini.rl_tasks)
+            history = [s.record for s in trainer.fit(mini.rl_tasks)]
         record_rate(kind, rollouts, time.monotonic() - rl_started)
         samples = len(mini.test_list) * mini.cfg.eval.k
         print(f"phase eval_after ({arm.loop.kind} loop): {len(mini.test_list)} tasks x k={mini.cfg.eval.k} "
               f"({expected('eval_sample', samples)})", flush=True)
         with acct.phase("eval_after"):
-            after = mini.evaluator(stack).evaluate(mini.test_list, arm_dir / "eval_after", label)
+            after = mini.evaluator(stack).evaluate(mini.test_list, arm_dir / "eval_after", label).reports
     refuse_if_all_infra(after, arm_dir / "eval_after")
     return {"loop": arm.loop.kind, "after": after, "history": history, "probe": trainer.probe,
             "compute": acct.to_dict(), "wall_s": time.time() - started, "dir": arm_dir,

@@ -65,7 +65,8 @@ def tokenizer_drift_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileCo
             model_dir, warm = warm_started(WarmStartRun(setup, agent, box, run_dir), model_dir, tasks, warm_start)
             model_name = model_dir.name
         with setup.server(model_dir, run_dir) as stack:
-            reports = Evaluator(stack, agent, box, spec, eval, store_path).evaluate(task_list, run_dir, model_name)
+            reports = Evaluator(stack, agent, box, eval, spec=spec, store_path=store_path).evaluate(
+                task_list, run_dir, model_name).reports
         print("measuring drift from the stored calls", flush=True)
         replay = {t.instance_id: t for t in task_list} if drift.replay and _replayable(agent.cfg) else None
         measured = measure_store(store_path, model_dir,

@@ -6,14 +6,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from harness_adapters.processes import stream_in_threads
-from repro.protocols import GradeResult, HarnessResult, HarnessRollout
+from repro.protocols import GradeResult, HarnessBase, HarnessLimits, HarnessResult, HarnessRollout
 from repro.sandbox.repos import RepoError
 
 
-class FakeHarness:
+class FakeHarness(HarnessBase):
     """A ``Harness`` for unit tests of what drives one (no process, no model call): each rollout finishes at once;
     the rollouts it ran are kept in ``seen``."""
 
@@ -23,11 +23,9 @@ class FakeHarness:
 
     def __init__(self, cfg: Any = None) -> None:
         self.cfg = cfg
+        self.limits = HarnessLimits.of(cfg)
         self.seen: list[HarnessRollout] = []
         self.closed = False
-
-    def identity(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version}
 
     def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
         self.seen += rollouts
@@ -35,12 +33,6 @@ class FakeHarness:
 
     def close(self) -> None:
         self.closed = True
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class FakeWorkspace:

@@ -93,29 +93,6 @@ def test_the_default_miniature_has_several_calls_and_the_one_call_one_is_a_group
     assert comparison[".tasks.difficulty"] == "one_step_brief" and comparison[".job.loops"] == ["proxy", "rebuilt"]
 
 
-def _readme_run_commands() -> list[str]:
-    """Every ``repro run ...`` the README shows (placeholders like ``[key=value ...]`` and ``--help`` skipped)."""
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    commands = re.findall(r"`(repro run(?: [^`]*)?)`", text) + re.findall(r"^(repro run(?: .*)?)$", text, re.M)
-    return sorted({c.strip() for c in commands if "[" not in c and "--help" not in c})
-
-
-@pytest.mark.parametrize("command", _readme_run_commands())
-def test_every_readme_run_command_composes_and_instantiates(command: str) -> None:
-    """A command the README documents must at least compose and build its job's configs (a sweep: its first cell)."""
-    words = command.replace("<time>", "20261201-000000").split()[2:]
-    words = [w for i, w in enumerate(words) if w not in ("-m", "--cfg") and (i == 0 or words[i - 1] != "--cfg")]
-    overrides = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o else o for o in words]
-    cfg = compose_config(overrides)
-    if "--cfg" in command:  # prints the composed config (values the user must still give stay ???)
-        return
-    for key, node in cfg.job.items():
-        if isinstance(node, DictConfig) and "_target_" in node:
-            assert instantiate(node, _convert_="all") is not None, key
-
-
 def test_a_rejected_config_or_task_file_is_one_error_line_and_leaves_no_run_directory(tmp_path) -> None:
     from repro.runner import run
 

@@ -135,7 +135,7 @@ def test_tracking_none_needs_no_tracking_package(tmp_path: Path) -> None:
 import sys
 for name in ("wandb", "mlflow", "tensorboard", "torch.utils.tensorboard"):
     sys.modules[name] = None
-import repro.rl.trainer, repro.experiments.warm_start
+import repro.rl.loop, repro.experiments.warm_start
 from pathlib import Path
 from repro import tracking
 with tracking.tracked(Path({str(tmp_path)!r}), tracking.TrackingConfig(), "rl") as tracker:
