@@ -8,6 +8,6 @@
 - ``registry``: harnesses by name (``get_harness``, by version too), imported lazily.
 """
 
-from repro.venvs import HarnessEnv, HarnessEnvError, ensure_harness_env
+from repro.common.venvs import HarnessEnv, HarnessEnvError, ensure_harness_env
 
 __all__ = ["HarnessEnv", "HarnessEnvError", "ensure_harness_env"]

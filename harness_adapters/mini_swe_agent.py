@@ -74,7 +74,7 @@ from harness_adapters.mini_swe_agent_outcome import (
 )
 from harness_adapters.processes import isolated_env, run_in_session
 from harness_adapters.template_texts import fixed_template_texts, rendered_texts, sentinel
-from repro.venvs import HarnessEnv, HarnessEnvError, ensure_harness_env
+from repro.common.venvs import HarnessEnv, HarnessEnvError, ensure_harness_env
 
 NAME = "mini-swe-agent"
 DEFAULT_VERSION = "2.4.6"

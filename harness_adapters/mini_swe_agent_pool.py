@@ -53,9 +53,9 @@ from harness_adapters.processes import (
     unique_rollouts,
 )
 from harness_adapters.worker_process import Event, WorkerProcess, WorkerStartError
+from repro.common.venvs import HarnessEnv
 from repro.execution.jail import INIT, Jail
 from repro.protocols import HarnessLimits, HarnessResult, HarnessRollout
-from repro.venvs import HarnessEnv
 
 __all__ = ["WORKER_SCRIPT", "MiniSweAgentHarness", "WorkerStartError"]
 

@@ -76,9 +76,9 @@ from harness_adapters.mini_swe_agent import (
 from harness_adapters.mini_swe_agent_outcome import HarnessRunResult, classify_run, trajectory_info
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import TAIL_CHARS, ProcessOutcome, last_line, run_in_session
+from repro.common.venvs import HarnessEnv
 from repro.execution.jail import interpreter_paths
 from repro.protocols import ContainerSpec, HarnessResult, HarnessRollout
-from repro.venvs import HarnessEnv
 
 __all__ = ["FINISHED_EXIT_STATUSES", "V1_VERSION", "MiniSweAgentV1Harness", "build_command", "merge_configs"]
 

@@ -17,8 +17,8 @@ from harness_adapters.mini_swe_agent import (
 )
 from harness_adapters.mini_swe_agent_outcome import FINISHED_EXIT_STATUSES
 from harness_adapters.processes import last_line
+from repro.common.venvs import HarnessEnv
 from repro.protocols import HarnessResult, HarnessRollout
-from repro.venvs import HarnessEnv
 
 __all__ = ["result_from_worker", "worker_request"]
 

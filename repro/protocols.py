@@ -167,7 +167,7 @@ class StreamingHarness(Harness, Protocol):
 @runtime_checkable
 class RemoteHarness(Protocol):
     """A harness whose whole samples (workspace -> harness -> patch -> grade) run on other hosts
-    (``fanout=ray``: :class:`repro.fanout.RayFanout`); the driver registers, records and rewards them."""
+    (``fanout=ray``: :class:`repro.sandbox.fanout.RayFanout`); the driver registers, records and rewards them."""
 
     name: str
     version: str

@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
+from repro.common.files import cache_dir, weights_sha256
 from repro.evaluation import read_reports
-from repro.files import cache_dir, weights_sha256
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.loop import RLLoop

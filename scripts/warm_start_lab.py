@@ -23,10 +23,10 @@ from pathlib import Path
 
 from hydra.utils import instantiate
 
-from repro.experiments.miniature import MiniatureConfig, split_train
-from repro.experiments.warm_start import WarmStartRun, demonstration_rows, record_demonstrations
+from repro.cli.runner import compose_config
+from repro.recipe.miniature import MiniatureConfig, split_train
+from repro.recipe.warm_start import WarmStartRun, demonstration_rows, record_demonstrations
 from repro.rl.evaluator import Evaluator, build_spec
-from repro.runner import compose_config
 from repro.tasks.sets import load_task_set
 from repro.tinymodel.recipe import build_recipe_model
 from repro.train.sft import sft_train

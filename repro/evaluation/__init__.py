@@ -3,7 +3,7 @@
 from repro.evaluation.metrics import MetricsConfig, Summary, is_infra_failure, pass_at_1, pass_at_k, summarize
 from repro.evaluation.paired import mcnemar_exact, paired_bootstrap, sign_flip_test
 from repro.evaluation.preds import update_preds, write_preds
-from repro.evaluation.records import (
+from repro.evaluation.reports import (
     InstanceReport,
     Usage,
     finished_samples,

@@ -28,7 +28,7 @@ INFRA_OUTCOMES = ("error", "timeout")
 
 
 class SampleLike(Protocol):
-    """What metrics need from a per-sample record (``repro.evaluation.records.InstanceReport`` has it)."""
+    """What metrics need from a per-sample record (``repro.evaluation.reports.InstanceReport`` has it)."""
 
     instance_id: str
     sample: int

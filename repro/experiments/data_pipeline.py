@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from repro.experiments.evaluate import eval_model
-from repro.experiments.setup import Setup
+from repro.recipe.setup import Setup
 from repro.rl.evaluator import EvalConfig
-from repro.rl.probe import run_probes
+from repro.rl.task_probe import run_probes
 from repro.sandbox.repos import RepoError
 from repro.serving.stack import EndpointServingConfig
 from repro.tasks.distributions import TaskDistributionConfig

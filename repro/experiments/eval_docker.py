@@ -22,8 +22,8 @@ from typing import Any
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.paired import paired_summary
 from repro.experiments.evaluate import eval_model
-from repro.experiments.setup import Setup
-from repro.report.eval_docker import run_markdown
+from repro.recipe.setup import Setup
+from repro.report.eval_docker_table import run_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from repro.sandbox.local import LocalSandbox

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.evaluation import Cost, eval_metrics, write_metrics
-from repro.experiments.setup import Setup
+from repro.recipe.setup import Setup
 from repro.report.eval_table import run_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
 from repro.serving.stack import EndpointServingConfig

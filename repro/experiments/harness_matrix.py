@@ -1,7 +1,7 @@
 """``experiment=harness_matrix``: train in each harness (and in the rebuilt loop), evaluate in each.
 
 One warm start that acts in every harness of the matrix (a tokenizer with every harness's fixed texts, the expert's
-demonstrations through each: :mod:`repro.experiments.warm_start_mix`), evaluated in each harness; then one RL arm
+demonstrations through each: :mod:`repro.recipe.warm_start_mix`), evaluated in each harness; then one RL arm
 per training loop (``matrix.train_in``: a harness behind the proxy; ``matrix.rebuilt_of``: the trainer-owned rebuild
 of that harness's loop), each from that warm start on the same tasks, seeds and budget, and every trained policy
 evaluated in every harness under that harness's frozen spec. ``metrics.json`` has kind ``harness_matrix``;
@@ -21,16 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from harness_adapters.registry import get_harness
-from repro.accounting import Accountant
+from repro.common.accounting import Accountant
+from repro.common.files import weights_sha256
+from repro.common.tracking import tracked
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
 from repro.experiments.loop_comparison import FidelityConfig, comparison_metrics, replay_store
-from repro.experiments.miniature import Miniature, MiniatureConfig, split_train
-from repro.experiments.records import paired_tests, per_instance
-from repro.experiments.warm_start import WarmStartRun
-from repro.experiments.warm_start_mix import mixed_warm_start
-from repro.files import weights_sha256
 from repro.rebuilt.harness import LoopConfig, rl_harness
+from repro.recipe.miniature import Miniature, MiniatureConfig, split_train
+from repro.recipe.paired_metrics import paired_tests, per_instance
+from repro.recipe.warm_start import WarmStartRun
+from repro.recipe.warm_start_mix import mixed_warm_start
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import Evaluator, build_spec, refuse_if_all_infra
@@ -39,7 +40,6 @@ from repro.rl.rollouts import GradeCache
 from repro.sandbox.select import make_sandbox
 from repro.tasks.sets import load_task_set
 from repro.tinymodel.recipe import build_recipe_model
-from repro.tracking import tracked
 
 REBUILT = "rebuilt"
 LOOP_SLICE = "loop_comparison"  # the folder of the proxy-vs-rebuilt slice of a matrix run

@@ -21,13 +21,13 @@ from harness_adapters.registry import get_harness
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
 from repro.evaluation.paired import paired_summary
-from repro.experiments.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature, run_arm
-from repro.experiments.records import paired_tests, per_instance
-from repro.experiments.warm_start import prompt_platform
 from repro.rebuilt.fidelity import replay_recorded, summarize
 from repro.rebuilt.harness import LoopConfig, loop_spec
-from repro.report.loop_comparison import comparison_markdown
-from repro.report.records import with_run_files
+from repro.recipe.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature, run_arm
+from repro.recipe.paired_metrics import paired_tests, per_instance
+from repro.recipe.warm_start import prompt_platform
+from repro.report.loop_comparison_table import comparison_markdown
+from repro.report.run_records import with_run_files
 from repro.rl.config import RLConfig
 from repro.rl.rollouts import RolloutOptions, RolloutRunner
 from repro.sandbox.local import LocalSandbox

@@ -18,15 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro.accounting import Accountant
+from repro.common.accounting import Accountant
+from repro.common.files import weights_sha256
+from repro.common.tracking import tracked
 from repro.evaluation import pass_at_1, write_metrics
 from repro.experiments.evaluate import eval_model
-from repro.experiments.memory_gate import memory_gate
-from repro.experiments.records import BeforeAfter, before_after_metrics
-from repro.experiments.setup import Setup
-from repro.files import weights_sha256
+from repro.recipe.memory_gate import memory_gate
+from repro.recipe.paired_metrics import BeforeAfter, before_after_metrics
+from repro.recipe.setup import Setup
 from repro.report.before_after import run_markdown
-from repro.report.records import with_run_files
+from repro.report.run_records import with_run_files
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
@@ -35,7 +36,6 @@ from repro.rl.rollouts import GradeCache
 from repro.serving.stack import verl_stack
 from repro.tasks.schema import Task
 from repro.tasks.sets import load_task_set
-from repro.tracking import tracked
 from repro.verl.config import VerlUpdateConfig
 
 

@@ -21,7 +21,7 @@ import yaml
 from repro.evaluation.paired import paired_summary
 from repro.report import before_after, eval_table, loop_comparison, plots
 from repro.report.cells import paired_cells
-from repro.report.families import family_frame
+from repro.report.family_sections import family_frame
 from repro.report.html import esc, page, pre, table, tag
 from repro.report.rl_diagnostics import diagnostics_rows, diagnostics_summary, merged_histogram
 from repro.report.run_data import Run, Sample, expand, load_run, samples_of

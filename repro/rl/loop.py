@@ -20,13 +20,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from repro.accounting import Accountant
+from repro.common.accounting import Accountant
+from repro.common.files import weights_sha256
+from repro.common.tracking import Tracker
 from repro.evaluation.summary import calls_histogram
-from repro.files import weights_sha256
 from repro.protocols import Harness, Sandbox
 from repro.rl.checkpoints import RunState
 from repro.rl.config import RLConfig
-from repro.rl.probe import filter_rl_tasks
 from repro.rl.rollouts import GradeCache, RolloutRunner
 from repro.rl.steps import (
     StepRecord,
@@ -37,11 +37,11 @@ from repro.rl.steps import (
     step_diagnostics,
     step_tasks,
 )
+from repro.rl.task_probe import filter_rl_tasks
 from repro.samples import build_rows
 from repro.serving.stack import Stack
 from repro.store import open_store
 from repro.tasks.schema import Task
-from repro.tracking import Tracker
 from repro.train.reward import RewardFn
 from repro.train.rl import PolicyTrainer
 from repro.verl.config import VerlUpdateConfig
@@ -67,7 +67,7 @@ class RLLoop:
 
     ``validate`` (step -> record), when given, runs after every ``validate_every``-th step's update and its record
     goes into the step's; each step's diagnostics go to ``rl/diagnostics.jsonl`` and to ``tracker``
-    (:mod:`repro.tracking`); ``accountant`` times the phases (rollouts, training, probe, validation);
+    (:mod:`repro.common.tracking`); ``accountant`` times the phases (rollouts, training, probe, validation);
     ``grades`` shares graded patches with the run's evaluations; ``probe_harness``: the harness the task filter
     probes with (default ``harness``; an arm whose RL rollouts run in the rebuilt loop probes in the real one);
     ``policy``: the update, already built (verl's actor on GPUs, started before the run's evaluations; default:

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from repro.common.lifecycle import Closing
-from repro.console.progress import progress
+from repro.common.progress import progress
 from repro.evaluation import (
     InstanceReport,
     next_rollout_id,
@@ -32,8 +32,7 @@ from repro.evaluation import (
     usage_from_store,
     write_report,
 )
-from repro.evaluation.records import NOT_GRADED_REASON
-from repro.fanout import SampleJob, SampleOutcome, finish_sample
+from repro.evaluation.reports import NOT_GRADED_REASON
 from repro.protocols import (
     GradeResult,
     Harness,
@@ -46,6 +45,7 @@ from repro.protocols import (
     require_container_support,
 )
 from repro.sandbox.docker_engine import ImageMissing
+from repro.sandbox.fanout import SampleJob, SampleOutcome, finish_sample
 from repro.sandbox.repos import RepoError
 from repro.serving.stack import Stack
 from repro.store import open_store

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from repro.common.seeding import rl_seed
 from repro.rl.config import RLConfig
 from repro.rl.rollouts import RolloutOptions
-from repro.seeding import rl_seed
 from repro.tasks.schema import Task
 from repro.train.task_filter import MIXED, outcome_class, outcomes_by_task
 

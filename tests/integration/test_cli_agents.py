@@ -15,7 +15,7 @@ import pytest
 
 from harness_adapters.node_cli_env import SPECS
 from harness_adapters.registry import get_harness
-from repro.net import free_port
+from repro.common.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec

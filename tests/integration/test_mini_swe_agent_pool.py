@@ -22,7 +22,7 @@ import pytest
 
 from harness_adapters.mini_swe_agent import MiniSweAgentConfig, ensure_mini_swe_agent_env, run_mini_swe_agent
 from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
-from repro.net import free_port
+from repro.common.net import free_port
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.tasks.schema import Task
 from repro.testing import StubChatServer, tool_call_reply

@@ -15,8 +15,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from repro.cli import build_parser
-from repro.compose import compose_config
+from repro.cli.main import build_parser
+from repro.common.compose import compose_config
 
 ROOT = Path(__file__).parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

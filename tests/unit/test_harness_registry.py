@@ -19,7 +19,7 @@ from harness_adapters.registry import (
     harness_names,
     name_for_config,
 )
-from repro.venvs import HarnessEnv
+from repro.common.venvs import HarnessEnv
 
 VERSIONS = {"mini-swe-agent": "2.4.6", "litellm": "1.110.2", "openai": "3.57.0"}
 

@@ -24,9 +24,9 @@ from harness_adapters.mini_swe_agent import (
 from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
 from harness_adapters.mini_swe_agent_v1 import MiniSweAgentV1Harness, build_command, merge_configs
 from harness_adapters.registry import get_harness, harness_class
+from repro.common.venvs import HarnessEnv, HarnessEnvError
 from repro.protocols import HarnessRollout
 from repro.tasks.schema import Task
-from repro.venvs import HarnessEnv, HarnessEnvError
 
 V1 = MiniSweAgentConfig(version="1.17.5", mode="text", step_limit=4, max_tokens=32, temperature=0.0)
 V1_YAML = """\

@@ -15,7 +15,7 @@ from repro.evaluation import Usage
 from repro.protocols import GradeResult, HarnessResult
 from repro.rl.rollouts import RolloutOptions, RolloutRunner
 from repro.store import open_store
-from repro.store.records import RolloutRecord
+from repro.store.trace_records import RolloutRecord
 from repro.tasks.schema import Task
 from repro.train.reward import GradedRollout, RewardConfig, ramp, rewarded_tests, shaped_reward, task_reward
 
