@@ -21,8 +21,7 @@ from typing import Any
 
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.paired import paired_summary
-from repro.experiments.evaluate import eval_model
-from repro.recipe.setup import Setup
+from repro.recipe.setup import Setup, eval_model
 from repro.report.eval_docker_table import run_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig

@@ -10,15 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from repro.evaluation import Cost, eval_metrics, write_metrics
-from repro.recipe.setup import Setup
+from repro.recipe.setup import Setup, eval_model
 from repro.report.eval_table import run_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
 from repro.serving.stack import EndpointServingConfig
 from repro.tasks.distributions import TaskDistributionConfig
-from repro.tasks.schema import Task
 from repro.tasks.sets import TaskFileConfig, load_task_set
-from repro.tinymodel.model import TinyModelConfig
-from repro.tinymodel.recipe import tiny_model
 
 
 def _cpu_seconds() -> float:
@@ -49,16 +46,3 @@ def evaluate_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileConfig, e
     print(run_markdown(metrics), flush=True)
     refuse_if_all_infra(reports, run_dir)
     return metrics
-
-
-def eval_model(model: TinyModelConfig, ev: EvalConfig, tasks: list[Task]) -> tuple[Path, str]:
-    """The checkpoint to evaluate (``eval.checkpoint``, else the tiny offline model) and its name."""
-    if ev.checkpoint:
-        path = Path(ev.checkpoint).expanduser()
-        if not (path / "config.json").exists():
-            raise SystemExit(f"checkpoint {path} has no config.json: pass a transformers checkpoint directory "
-                             f"(e.g. one written by `repro build-model --out DIR`)")
-        return path, path.name
-    corpus = [t.problem_statement for t in tasks[:200]]
-    path, _ = tiny_model(model, corpus)
-    return path, path.name

@@ -26,8 +26,8 @@ from repro.common.files import weights_sha256
 from repro.common.tracking import tracked
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
-from repro.experiments.loop_comparison import FidelityConfig, comparison_metrics, replay_store
 from repro.rebuilt.harness import LoopConfig, rl_harness
+from repro.recipe.loop_fidelity import FidelityConfig, comparison_metrics, replay_store
 from repro.recipe.miniature import Miniature, MiniatureConfig, split_train
 from repro.recipe.paired_metrics import paired_tests, per_instance
 from repro.recipe.warm_start import WarmStartRun

@@ -22,10 +22,9 @@ from repro.common.accounting import Accountant
 from repro.common.files import weights_sha256
 from repro.common.tracking import tracked
 from repro.evaluation import pass_at_1, write_metrics
-from repro.experiments.evaluate import eval_model
 from repro.recipe.memory_gate import memory_gate
 from repro.recipe.paired_metrics import BeforeAfter, before_after_metrics
-from repro.recipe.setup import Setup
+from repro.recipe.setup import Setup, eval_model
 from repro.report.before_after import run_markdown
 from repro.report.run_records import with_run_files
 from repro.rl.checkpoints import stage_policy

@@ -24,10 +24,9 @@ from typing import Any
 from repro.common.accounting import Accountant
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.retokenization import Share, prefix_drift, prompt_lengths, retokenization, total_share
-from repro.experiments.evaluate import eval_model
 from repro.rebuilt.fidelity import replay_recorded, summarize
 from repro.rebuilt.harness import loop_spec
-from repro.recipe.setup import Setup
+from repro.recipe.setup import Setup, eval_model
 from repro.recipe.warm_start import WarmStartConfig, WarmStartRun, warm_start
 from repro.report.tokenizer_drift_table import drift_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec

@@ -17,7 +17,9 @@ from repro.sandbox.fanout import FanoutConfig, harness_for
 from repro.sandbox.local import LocalSandboxConfig
 from repro.sandbox.select import make_sandbox
 from repro.serving.stack import Stack, running_stack
+from repro.tasks.schema import Task
 from repro.tinymodel.model import TinyModelConfig
+from repro.tinymodel.recipe import tiny_model
 
 
 @dataclass
@@ -61,3 +63,16 @@ class Setup:
         """The model server for ``model_dir`` and the proxy in front of it, logs and traces in ``run_dir``
         (``kwargs``: :func:`~repro.serving.stack.running_stack`'s)."""
         return running_stack(Path(model_dir), self.serving, self.proxy, Path(run_dir), **kwargs)
+
+
+def eval_model(model: TinyModelConfig, ev: Any, tasks: list[Task]) -> tuple[Path, str]:
+    """The checkpoint to evaluate (``ev.checkpoint``, an ``EvalConfig``'s; else the tiny offline model) and its name."""
+    if ev.checkpoint:
+        path = Path(ev.checkpoint).expanduser()
+        if not (path / "config.json").exists():
+            raise SystemExit(f"checkpoint {path} has no config.json: pass a transformers checkpoint directory "
+                             f"(e.g. one written by `repro build-model --out DIR`)")
+        return path, path.name
+    corpus = [t.problem_statement for t in tasks[:200]]
+    path, _ = tiny_model(model, corpus)
+    return path, path.name

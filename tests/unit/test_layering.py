@@ -174,3 +174,13 @@ def test_modules_share_a_file_name_only_where_the_architecture_lists_it() -> Non
     shared = {name: paths for name, paths in names.items() if len(paths) > 1}
     assert {"config.py", "__init__.py"} <= listed
     assert set(shared) <= listed, {name: shared[name] for name in set(shared) - listed}
+
+
+def test_each_experiment_is_one_file_that_imports_no_other_experiment() -> None:
+    """``repro/experiments/X.py`` is one readable experiment: what experiments share lives in ``repro/recipe/``."""
+    experiments = {m for m in GRAPH
+                   if m.startswith("repro.experiments.") and not m.startswith("repro.experiments.bench")}
+    assert len(experiments) >= 8
+    found = {m: sorted(t for t in GRAPH[m] if t in experiments) for m in experiments}
+    assert not {m: ts for m, ts in found.items() if ts}
+    assert "repro.recipe.miniature" in GRAPH["repro.experiments.mini_repro"]  # the checker sees the shared code
