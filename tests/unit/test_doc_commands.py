@@ -110,3 +110,20 @@ def test_the_check_fails_on_the_unquoted_braces_hydra_refuses() -> None:
     with pytest.raises(Exception, match="no viable alternative"):
         first_cell(concrete(bad)[1:])
     assert first_cell(concrete(good)[1:])[-1].endswith('"{task_file}"]')
+
+
+UPSTREAM_PATHS = {  # paths in other projects that the docs cite, and files a run writes
+    "docs/features/sleep_mode.md", "examples/swe_smith/agents/smith_agent.py", "examples/swe_smith/",
+    "docs/start/multinode.rst", "config/extra/swebench.yaml", "minisweagent/config/benchmarks/swebench.yaml",
+    "run/extra/swebench_single.py", "policy/rl_step.json", "./name.py",
+}
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    """A path in backticks (``repro/rl/loop.py``, or short: ``rl/loop.py``) names a file of this repository: a moved
+    or renamed module leaves no stale path behind."""
+    pattern = re.compile(r"`([\w.-]+/[\w./-]*\.(?:py|md|yaml|sh|csv|svg|json|rst))`")
+    missing = sorted({(path.name, p) for path in DOCS for p in pattern.findall(path.read_text())
+                      if not any(ch in p for ch in "*<>{}X") and p not in UPSTREAM_PATHS
+                      and not any((ROOT / pre / p).exists() for pre in ("", "repro", "harness_adapters", "tests"))})
+    assert not missing, missing
