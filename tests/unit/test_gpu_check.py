@@ -24,7 +24,6 @@ from repro.experiments.bench.gpu_check_env import resolve_server
 from repro.experiments.bench.gpu_check_runner import Context, GpuCheckConfig, Report, Runner, SkipStep
 from repro.experiments.bench.gpu_check_train import advantages, train_step, training_rows, weight_sync
 from repro.experiments.bench.logprob_check import (
-    TOLERANCES,
     Row,
     compare_rows,
     greedy_rows,
@@ -33,6 +32,7 @@ from repro.experiments.bench.logprob_check import (
 )
 from repro.serving.vllm_launcher import build_vllm_command
 from repro.serving.vllm_weights import WeightSyncError, install_weights
+from repro.serving.weight_probe import TOLERANCES
 from repro.testing import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]

@@ -157,8 +157,8 @@ def run_engine(mini: Miniature, arm: ArmConfig, name: str, serving: Any, bench: 
 
 def parity(store_path: Path, model_dir: Path, dtype: str, max_rows: int = 64) -> dict[str, Any]:
     """Recorded logprobs of the first ``max_rows`` calls in ``store_path`` against the float32 trainer's."""
-    from repro.experiments.bench.logprob_check import compare_rows, load_causal_lm
-    from repro.serving.weight_probe import TOLERANCES, rows_from_store
+    from repro.experiments.bench.logprob_check import compare_rows, load_causal_lm, rows_from_store
+    from repro.serving.weight_probe import TOLERANCES
 
     rows = rows_from_store(store_path)[:max_rows]
     summary = compare_rows(load_causal_lm(model_dir, "float32", "cpu"), rows, "cpu", TOLERANCES[dtype])
