@@ -20,9 +20,9 @@ import httpx
 import pytest
 from hypothesis import strategies as st
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig, is_v1
-from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
-from harness_adapters.mini_swe_agent_v1 import MiniSweAgentV1Harness
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig, is_v1
+from harness_adapters.mini_swe_agent.pool import MiniSweAgentHarness
+from harness_adapters.mini_swe_agent.v1 import MiniSweAgentV1Harness
 from repro.common.net import free_port
 from repro.execution.limits import ResourceLimits
 from repro.protocols import HarnessRollout

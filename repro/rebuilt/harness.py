@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from harness_adapters.mini_swe_agent import (
+from harness_adapters.mini_swe_agent.adapter import (
     MiniSweAgentConfig,
     base_config,
     build_process_env,

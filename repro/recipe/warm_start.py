@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig, platform_line
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig, platform_line
 from repro.common.eta import expected
 from repro.common.eta import record as record_rate
 from repro.common.files import atomic_write_bytes, atomic_write_text, cache_dir, locked, weights_sha256

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from repro.sandbox.docker_engine import LABEL_PID, LABEL_RUN, labelled
 from repro.sandbox.images import build_task_images
@@ -109,7 +109,11 @@ def test_a_run_killed_with_sigkill_leaves_nothing_after_the_next_run(tmp_path: P
 def _leftover_sleeps(engine, interpreter_bound: bool, tmp_path: Path) -> str:
     """Run `sleep 300` through mini's own DockerEnvironment with a 2 s command timeout, then list what still runs
     in its container 9 s later."""
-    from harness_adapters.mini_swe_agent import ensure_mini_swe_agent_env, rollout_settings, swebench_environment
+    from harness_adapters.mini_swe_agent.adapter import (
+        ensure_mini_swe_agent_env,
+        rollout_settings,
+        swebench_environment,
+    )
     from repro.protocols import ContainerSpec
     from repro.sandbox.docker_engine import label_args, run_labels
 

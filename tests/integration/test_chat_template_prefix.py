@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from repro.evaluation.retokenization import prefix_drift
 from repro.experiments.tokenizer_drift import _eos_ids
 from repro.proxy import ProxyConfig

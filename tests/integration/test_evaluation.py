@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from repro.experiments.evaluate import evaluate_job
 from repro.proxy import ProxyConfig
 from repro.recipe.setup import Setup

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness_adapters.mini_swe_agent import (
+from harness_adapters.mini_swe_agent.adapter import (
     MiniSweAgentConfig,
     ensure_mini_swe_agent_env,
     run_mini_swe_agent,

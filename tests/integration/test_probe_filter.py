@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
-from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.pool import MiniSweAgentHarness
 from repro.common.files import weights_sha256
 from repro.evaluation.habits import slip_share
 from repro.expert.script import slipped

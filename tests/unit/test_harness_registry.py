@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from harness_adapters.registry import (
     HARNESSES,
     UnknownHarnessError,
@@ -90,8 +90,8 @@ def test_get_harness_builds_the_pool_without_starting_workers(tmp_path: Path) ->
 def test_registry_imports_no_harness_until_asked() -> None:
     code = (
         "import sys, harness_adapters.registry as r\n"
-        "assert 'harness_adapters.mini_swe_agent_pool' not in sys.modules\n"
+        "assert 'harness_adapters.mini_swe_agent.pool' not in sys.modules\n"
         "r.harness_class('mini-swe-agent')\n"
-        "assert 'harness_adapters.mini_swe_agent_pool' in sys.modules\n"
+        "assert 'harness_adapters.mini_swe_agent.pool' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

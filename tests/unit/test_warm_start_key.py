@@ -36,7 +36,7 @@ def test_the_key_changes_with_the_platform_line_and_the_tasks(base_model: Path, 
 def test_a_pinned_platform_gives_the_same_key_and_environment_on_any_kernel(base_model: Path, monkeypatch) -> None:
     """harness.platform (the default) pins the prompt's line: another kernel string changes neither the key nor
     the template variables the harness process gets; ``platform: {}`` follows the host."""
-    from harness_adapters.mini_swe_agent import MiniSweAgentConfig, build_process_env, platform_variables
+    from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig, build_process_env, platform_variables
 
     pinned, host = MiniSweAgentConfig(), MiniSweAgentConfig(platform={})
     tasks, cfg = [_task(0)], WarmStartConfig()

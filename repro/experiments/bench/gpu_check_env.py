@@ -50,7 +50,7 @@ def vllm_status() -> tuple[str | None, str, str, str | None]:
 
 def harness_status() -> tuple[bool, str]:
     """Whether the isolated mini-SWE-agent env is already built (building it needs PyPI)."""
-    from harness_adapters.mini_swe_agent import DEFAULT_VERSION, NAME, PINNED_PACKAGES
+    from harness_adapters.mini_swe_agent.adapter import DEFAULT_VERSION, NAME, PINNED_PACKAGES
     from repro.common.venvs import build_hash, env_root, is_valid
 
     packages = PINNED_PACKAGES.get(DEFAULT_VERSION, [f"mini-swe-agent=={DEFAULT_VERSION}"])

@@ -115,8 +115,8 @@ def _rollouts(root: Path, url: Any, count: int, timeout_s: float) -> list[Any]:
 def measure_mini(cfg: JailBenchConfig, root: Path) -> dict[str, Any]:
     """Seconds per rollout and per command of the real mini-SWE-agent pool, jailed and unjailed, interleaved in
     blocks (each mode keeps one warm pool, so worker start-up is not counted)."""
-    from harness_adapters.mini_swe_agent import MiniSweAgentConfig
-    from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
+    from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
+    from harness_adapters.mini_swe_agent.pool import MiniSweAgentHarness
     from repro.testing.chat_stub import StubChatServer
 
     _require_jail()

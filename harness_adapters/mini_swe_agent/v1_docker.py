@@ -1,7 +1,7 @@
 """mini-SWE-agent 1.x acting inside a task container, the way its own SWE-bench runner does it.
 
 Runs with the pinned 1.x environment's Python (it imports only ``minisweagent`` and the standard library), one
-process per rollout: ``python mini_swe_agent_v1_docker.py REQUEST_JSON``. Its ``mini`` command has no
+process per rollout: ``python v1_docker.py REQUEST_JSON``. Its ``mini`` command has no
 environment-class option (always ``LocalEnvironment``), so this follows ``minisweagent.run.extra.swebench_single``
 instead, with the instance given as JSON rather than loaded from a hub dataset:
 

@@ -43,11 +43,11 @@ Findings from reading the 2.4.6 source and watching it against a stub server:
   from being fatal; ``-l 0`` disables the cost limit. ``LITELLM_LOCAL_MODEL_COST_MAP=True`` avoids a
   network fetch at import; with it, the only connection the process makes is to ``api_base``.
 - Overhead: ~5 CPU-seconds per subprocess, almost all importing LiteLLM (~4.8 s wall on this machine).
-  ``mini_swe_agent_pool.MiniSweAgentHarness`` runs many rollouts in long-lived workers instead (same config
+  ``pool.MiniSweAgentHarness`` runs many rollouts in long-lived workers instead (same config
   files and options, ~0.03-0.06 CPU-s per rollout); this module stays the one-shot, reference path.
 
 mini-SWE-agent 1.x (text mode only) shares the env, config-file and process helpers here; its CLI differs and
-is driven by ``mini_swe_agent_v1.MiniSweAgentV1Harness``.
+is driven by ``v1.MiniSweAgentV1Harness``.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ from typing import Any, Literal
 import yaml
 
 from harness_adapters.isolation import check_isolation
-from harness_adapters.mini_swe_agent_outcome import (
+from harness_adapters.mini_swe_agent.outcome import (
     HarnessIdentity,
     HarnessRunResult,
     classify_run,
@@ -230,7 +230,8 @@ def run_mini_swe_agent(
 ) -> HarnessRunResult:
     """Run one rollout of mini-SWE-agent 2.x on ``task`` in ``workdir`` against ``base_url``."""
     if is_v1(cfg.version):
-        raise ValueError(f"mini-SWE-agent {cfg.version} has the 1.x CLI: use mini_swe_agent_v1.MiniSweAgentV1Harness")
+        raise ValueError(f"mini-SWE-agent {cfg.version} has the 1.x CLI: use "
+                         "harness_adapters.mini_swe_agent.v1.MiniSweAgentV1Harness")
     env = env or ensure_mini_swe_agent_env(cfg.version)
     workdir, output_dir = Path(workdir).resolve(), Path(output_dir).resolve()
     config_dir = output_dir / "config"
@@ -345,7 +346,7 @@ def rollout_settings(task: str, base_url: str, workdir: Path, container: Any = N
                      container_base: dict[str, Any] | None = None, env: dict[str, str] | None = None,
                      jail: dict[str, Any] | None = None) -> dict[str, Any]:
     """The per-rollout overlay (last ``-c`` file): the task, the model endpoint, the working directory (and with
-    ``jail``, the rollout's jail for ``mini_swe_agent_jailed``); with a ``ContainerSpec``,
+    ``jail``, the rollout's jail for ``jailed``); with a ``ContainerSpec``,
     the settings of mini's own ``DockerEnvironment``: ``container_base`` (its SWE-bench runner's environment
     block) with this rollout's image, cwd, ``docker run`` options and command timeout."""
     environment: dict[str, Any] = {"cwd": str(workdir), **({"env": dict(env)} if env else {}),

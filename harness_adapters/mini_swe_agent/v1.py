@@ -35,7 +35,7 @@ from 2.x:
   env = the harness env + ``environment.env``. ``MSWEA_SILENT_STARTUP`` hides its start-up banner.
 
 Inside a task container (``rollout.container`` set, ``sandbox=docker``): ``mini`` cannot select an environment
-class, so each rollout runs :mod:`harness_adapters.mini_swe_agent_v1_docker` with the 1.x Python, which follows
+class, so each rollout runs :mod:`harness_adapters.mini_swe_agent.v1_docker` with the 1.x Python, which follows
 mini's ``run/extra/swebench_single.py`` (``get_sb_environment``: its own ``DockerEnvironment`` with the environment
 block of its ``config/extra/swebench.yaml``, the start-up command, the ``InteractiveAgent``). The config is that
 runner's: ``config/extra/swebench.yaml`` (its templates; ``mini.yaml``'s instance template needs the local
@@ -58,7 +58,7 @@ import yaml
 
 from harness_adapters.forked import ForkServer
 from harness_adapters.isolation import JAIL_WORKDIR, resolve_isolation, rollout_jail
-from harness_adapters.mini_swe_agent import (
+from harness_adapters.mini_swe_agent.adapter import (
     CONFIG_NAMES,
     NAME,
     RESULT_NAME,
@@ -73,7 +73,7 @@ from harness_adapters.mini_swe_agent import (
     write_harness_config,
     write_yaml,
 )
-from harness_adapters.mini_swe_agent_outcome import HarnessRunResult, classify_run, trajectory_info
+from harness_adapters.mini_swe_agent.outcome import HarnessRunResult, classify_run, trajectory_info
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import TAIL_CHARS, ProcessOutcome, last_line, run_in_session
 from repro.common.venvs import HarnessEnv
@@ -85,7 +85,7 @@ __all__ = ["FINISHED_EXIT_STATUSES", "V1_VERSION", "MiniSweAgentV1Harness", "bui
 V1_VERSION = "1.17.5"
 FINISHED_EXIT_STATUSES = ("Submitted", "LimitsExceeded")
 RUN_CONFIG_NAME = "repro-mswea-v1-run.yaml"
-DOCKER_RUNNER = Path(__file__).with_name("mini_swe_agent_v1_docker.py")
+DOCKER_RUNNER = Path(__file__).with_name("v1_docker.py")
 DIFF_NAME = "container.diff"
 ANSWERS_NAME = "repro-mswea-v1-stdin.txt"
 V1_ENV = {"MSWEA_SILENT_STARTUP": "1"}
@@ -118,7 +118,7 @@ def container_overlay(container: ContainerSpec, swebench_block: Mapping[str, Any
                    "run_args": ["--rm", *container.run_args], "timeout": int(container.command_timeout_s)}
     run = {"env_startup_command": container.startup_command} if container.startup_command else {}
     if container.startup_command and container.startup_timeout_s:
-        run["env_startup_timeout"] = int(container.startup_timeout_s)  # read by mini_swe_agent_v1_docker.py
+        run["env_startup_timeout"] = int(container.startup_timeout_s)  # read by v1_docker.py
     return {"environment": environment, "run": run}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness_adapters.mini_swe_agent import (
+from harness_adapters.mini_swe_agent.adapter import (
     CONFIG_NAMES,
     ROLLOUT_CONFIG_NAME,
     TRAJECTORY_NAME,
@@ -15,21 +15,21 @@ from harness_adapters.mini_swe_agent import (
     swebench_environment,
     write_yaml,
 )
-from harness_adapters.mini_swe_agent_outcome import FINISHED_EXIT_STATUSES
+from harness_adapters.mini_swe_agent.outcome import FINISHED_EXIT_STATUSES
 from harness_adapters.processes import last_line
 from repro.common.venvs import HarnessEnv
 from repro.protocols import HarnessResult, HarnessRollout
 
 __all__ = ["result_from_worker", "worker_request"]
 
-JAILED_CLASS = "repro_mswea_jailed.JailedLocalEnvironment"  # mini_swe_agent_jailed.CLASS_PATH (it imports mini)
+JAILED_CLASS = "repro_mswea_jailed.JailedLocalEnvironment"  # jailed.CLASS_PATH (it imports mini)
 
 
 def worker_request(rollout: HarnessRollout, env: HarnessEnv, config_dir: Path,
                    jail: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the rollout's config overlay and build its request to a worker (the options ``build_command`` gives
     ``mini``); ``config_dir`` holds the harness's shared config files; ``jail``: the rollout's jail (its commands
-    then run through ``mini_swe_agent_jailed``, mini's local environment in that jail)."""
+    then run through ``jailed``, mini's local environment in that jail)."""
     workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
     rollout_config = output_dir / "config" / ROLLOUT_CONFIG_NAME
     rollout_config.parent.mkdir(parents=True, exist_ok=True)

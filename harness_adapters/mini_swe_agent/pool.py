@@ -1,6 +1,6 @@
 """The ``Harness`` contract for mini-SWE-agent: rollouts run concurrently in long-lived worker processes.
 
-Each worker is ``<isolated env>/bin/python -I mini_swe_agent_worker.py``, started with the same clean
+Each worker is ``<isolated env>/bin/python -I worker.py``, started with the same clean
 environment as the ``mini`` subprocess (``build_process_env``) and fed one JSON line per rollout; it builds
 each rollout from the same ``-c`` files and command-line options as ``mini`` would (see the worker's
 docstring), so the harness behaves the same while LiteLLM is imported once per worker, not once per rollout.
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_adapters.isolation import commands_jail, resolve_isolation
-from harness_adapters.mini_swe_agent import (
+from harness_adapters.mini_swe_agent.adapter import (
     NAME,
     RESULT_NAME,
     TRAJECTORY_NAME,
@@ -43,7 +43,7 @@ from harness_adapters.mini_swe_agent import (
     is_v1,
     write_harness_config,
 )
-from harness_adapters.mini_swe_agent_wire import result_from_worker, worker_request
+from harness_adapters.mini_swe_agent.wire import result_from_worker, worker_request
 from harness_adapters.processes import (
     check_batch,
     check_concurrency,
@@ -59,7 +59,7 @@ from repro.protocols import HarnessLimits, HarnessResult, HarnessRollout
 
 __all__ = ["WORKER_SCRIPT", "MiniSweAgentHarness", "WorkerStartError"]
 
-WORKER_SCRIPT = Path(__file__).with_name("mini_swe_agent_worker.py")
+WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 _POLL_S = 0.5
 Verdict = tuple[str, str]  # (status, reason)
 
@@ -263,7 +263,7 @@ class MiniSweAgentHarness:
         worker.process.send(request)  # if the worker is gone, its EOF event marks this rollout crashed
 
     def _jail(self, rollout: HarnessRollout) -> dict[str, Any] | None:
-        """How ``rollout``'s commands reach their jail (``mini_swe_agent_jailed``: jail_init's path and the jail's
+        """How ``rollout``'s commands reach their jail (``jailed``: jail_init's path and the jail's
         command line, started at the first command), None unjailed or in a container."""
         if self._isolation != "jail" or rollout.container is not None:
             return None

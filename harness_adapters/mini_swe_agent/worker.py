@@ -1,6 +1,6 @@
 """Long-lived mini-SWE-agent worker: many rollouts in one interpreter, one thread per rollout.
 
-Run by the isolated env's python (``python -I mini_swe_agent_worker.py``); it imports the standard library and
+Run by the isolated env's python (``python -I worker.py``); it imports the standard library and
 ``minisweagent`` only (never ``repro``). Each rollout is built the way ``mini`` (``minisweagent/run/mini.py``,
 ``main``) builds one, from the same ``-c`` config files and command-line options, then ``agent.run(task)``:
 only the process is shared, so LiteLLM is imported once instead of once per rollout.
@@ -363,9 +363,9 @@ def _warm_imports() -> None:
 
 
 def register_jailed_environment() -> None:
-    """Load ``mini_swe_agent_jailed.py`` (beside this file) as ``repro_mswea_jailed``, so that mini's own
+    """Load ``jailed.py`` (beside this file) as ``repro_mswea_jailed``, so that mini's own
     ``get_environment`` finds the class a jailed rollout's ``environment_class`` names."""
-    path = Path(__file__).with_name("mini_swe_agent_jailed.py")
+    path = Path(__file__).with_name("jailed.py")
     spec = importlib.util.spec_from_file_location("repro_mswea_jailed", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules["repro_mswea_jailed"] = module
