@@ -73,9 +73,11 @@ class RLTrainer:
         self.policy_dir = policy
         return self.steps
 
-    def evaluate(self, tasks: Sequence[Task] | None = None, label: str = "trained") -> EvalResult:
+    def evaluate(self, tasks: Sequence[Task] | None = None, label: str | None = None) -> EvalResult:
         """The frozen evaluation (``eval_args``) of the trained policy (before :meth:`fit`: the starting
-        checkpoint) on ``tasks`` (default ``eval_tasks``) in the harness; reports under ``output_dir/eval_<label>``."""
+        checkpoint) on ``tasks`` (default ``eval_tasks``) in the harness; reports under ``output_dir/eval_<label>``
+        (default label: ``trained`` after :meth:`fit`, else ``start``)."""
+        label = label or ("trained" if self.policy_dir else "start")
         tasks = list(tasks if tasks is not None else self.eval_tasks)
         if not tasks:
             raise ValueError("nothing to evaluate: pass tasks or give the trainer eval_tasks")
