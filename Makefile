@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 # The environments the default job runs in (mini-SWE-agent 2.4.6, the grading pytest): pip installs into the cache
 # dir, once per machine (a no-op when they are there), so that `make run`'s job time is the experiment's own.
 envs: $(STAMP)
-	$(BIN)/python -c 'from harness_adapters.mini_swe_agent import ensure_mini_swe_agent_env; \
+	$(BIN)/python -c 'from harness_adapters.mini_swe_agent.adapter import ensure_mini_swe_agent_env; \
 	from repro.sandbox.grading_env import default_grading_python; default_grading_python(); ensure_mini_swe_agent_env()'
 
 setup: $(STAMP) envs

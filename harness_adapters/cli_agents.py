@@ -24,8 +24,8 @@ from harness_adapters.isolation import check_isolation, resolve_isolation, rollo
 from harness_adapters.node_cli_env import CLAUDE_CODE, CODEX, QWEN_CODE, NodeCliEnv, NodeCliSpec, ensure_node_cli_env
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import DUMMY_API_KEY, isolated_env
+from repro.common.secrets import REDACTED, without_secrets
 from repro.protocols import HarnessResult, HarnessRollout
-from repro.secrets import REDACTED, without_secrets
 
 RESULT_NAME = "cli_result.json"
 

@@ -37,8 +37,8 @@ import httpx
 from harness_adapters.isolation import check_isolation, resolve_isolation, rollout_jail
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import DUMMY_API_KEY, isolated_env, last_line, run_in_session, tail
+from repro.common.secrets import REDACTED, without_secrets
 from repro.protocols import HarnessResult, HarnessRollout
-from repro.secrets import REDACTED, without_secrets
 
 NAME = "command"
 APIS = ("chat", "responses", "messages")

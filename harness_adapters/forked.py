@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness_adapters.processes import ProcessOutcome, kill_group, kill_tree
+from repro.common.lifecycle import Closing
 from repro.execution.jail import INIT
 
 SERVER_SCRIPT = Path(__file__).with_name("fork_server.py")
@@ -39,7 +40,7 @@ class _Run:
     error: str = ""
 
 
-class ForkServer:
+class ForkServer(Closing):
     """A fork server for ``entry`` (``module:function``) in ``python``'s env, started with ``env``."""
 
     def __init__(self, python: Path, entry: str, env: dict[str, str], log_path: Path,

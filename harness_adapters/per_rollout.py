@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from harness_adapters.processes import run_in_threads, stream_in_threads
-from repro.protocols import HarnessResult, HarnessRollout
+from repro.protocols import HarnessLimits, HarnessResult, HarnessRollout
 
 
 class PerRolloutHarness(ABC):
@@ -25,6 +25,7 @@ class PerRolloutHarness(ABC):
 
     name: ClassVar[str]
     thread_prefix: ClassVar[str]
+    loop_kind: ClassVar[str] = "proxy"
     cfg: Any
     version: str
     _state: Path | None = None
@@ -37,6 +38,11 @@ class PerRolloutHarness(ABC):
         self._state = Path(state_dir or tempfile.mkdtemp(prefix=prefix)).resolve()
         self._state.mkdir(parents=True, exist_ok=True)
         return self._state
+
+    @property
+    def limits(self) -> HarnessLimits:
+        """The step and wall-time limits of its config (recorded in the frozen spec)."""
+        return HarnessLimits.of(self.cfg)
 
     @abstractmethod
     def identity(self) -> dict[str, Any]:

@@ -31,11 +31,11 @@ class HarnessEntry:
 
 HARNESSES: dict[str, HarnessEntry] = {
     "mini-swe-agent": HarnessEntry(
-        harness="harness_adapters.mini_swe_agent_pool:MiniSweAgentHarness",
-        config="harness_adapters.mini_swe_agent:MiniSweAgentConfig",
+        harness="harness_adapters.mini_swe_agent.pool:MiniSweAgentHarness",
+        config="harness_adapters.mini_swe_agent.adapter:MiniSweAgentConfig",
         package=PackageRef("pypi", "mini-swe-agent"),
         tested={"1": "1.17.5", "2": "2.4.6"},
-        by_major={"1": "harness_adapters.mini_swe_agent_v1:MiniSweAgentV1Harness"},
+        by_major={"1": "harness_adapters.mini_swe_agent.v1:MiniSweAgentV1Harness"},
     ),
     "opencode": HarnessEntry(
         harness="harness_adapters.opencode:OpenCodeHarness",

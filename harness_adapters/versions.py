@@ -16,7 +16,7 @@ from typing import Literal
 import httpx
 from packaging.version import InvalidVersion, Version
 
-from repro.venvs import env_root, read_marker
+from repro.common.venvs import env_root, read_marker
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, Self
+from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 
 from repro.tasks.schema import Task
 
@@ -109,13 +109,32 @@ class HarnessResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class HarnessLimits:
+    """A harness's own limits, recorded in the frozen spec: model calls per rollout and wall time (0: none)."""
+
+    step_limit: int = 0
+    wall_time_limit_s: float = 0.0
+
+    @classmethod
+    def of(cls, cfg: Any) -> HarnessLimits:
+        """The limits a harness config carries (``step_limit``, ``wall_time_limit_s``; absent or None: 0)."""
+        return cls(int(getattr(cfg, "step_limit", 0) or 0), float(getattr(cfg, "wall_time_limit_s", 0) or 0))
+
+
+@runtime_checkable
 class Harness(Protocol):
     """An unchanged agent harness, installed at a pinned version, driven headless; used as a context manager
-    (``with get_harness(...) as harness``), which closes it on exit."""
+    (``with get_harness(...) as harness``), which closes it on exit. :class:`HarnessBase` gives the defaults of
+    everything but :meth:`run`."""
 
     name: str
     version: str
-    cfg: Any  # its config dataclass; the frozen spec reads ``version``, ``step_limit``, ``wall_time_limit_s``
+    loop_kind: str  # "proxy": the real harness through the proxy; "rebuilt": a loop rebuilt inside the trainer
+
+    @property
+    def limits(self) -> HarnessLimits:
+        """Its step and wall-time limits (recorded in the frozen spec)."""
 
     def identity(self) -> dict[str, Any]:
         """Name, version, hashes of its config/prompt files and wire-relevant package versions."""
@@ -131,6 +150,7 @@ class Harness(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+@runtime_checkable
 class StreamingHarness(Harness, Protocol):
     """A harness that also runs a stream (every adapter here): ``run_each`` takes the next rollout from
     ``rollouts`` only when fewer than ``concurrency`` are in flight (so an iterator may prepare each rollout's
@@ -142,3 +162,52 @@ class StreamingHarness(Harness, Protocol):
     def run_each(self, rollouts: Iterable[HarnessRollout], concurrency: int,
                  on_result: Callable[[HarnessRollout, HarnessResult], None]) -> int:
         """Run the stream; returns how many rollouts ran."""
+
+
+@runtime_checkable
+class RemoteHarness(Protocol):
+    """A harness whose whole samples (workspace -> harness -> patch -> grade) run on other hosts
+    (``fanout=ray``: :class:`repro.sandbox.fanout.RayFanout`); the driver registers, records and rewards them."""
+
+    name: str
+    version: str
+    loop_kind: str
+
+    @property
+    def limits(self) -> HarnessLimits: ...
+
+    def identity(self) -> dict[str, Any]: ...
+
+    def base_url(self, client: Any, rollout_id: str) -> str:
+        """The rollout's base URL as the hosts reach the proxy."""
+
+    def run_samples(self, jobs: list[Any], concurrency: int) -> list[Any]:
+        """Run ``jobs`` (``SampleJob``) on the hosts; one ``SampleOutcome`` per job, in order."""
+
+    def close(self) -> None: ...
+
+
+class HarnessBase:
+    """The defaults of a harness of your own: subclass it, set ``name`` and ``version``, implement :meth:`run`
+    (and, for limits in the frozen spec, set ``limits``)."""
+
+    name: ClassVar[str] = "my-harness"
+    version: ClassVar[str] = "0"
+    loop_kind: ClassVar[str] = "proxy"
+    limits: HarnessLimits = HarnessLimits()
+
+    def identity(self) -> dict[str, Any]:
+        """Name and version (add what the model sees: prompt hashes, settings)."""
+        return {"name": self.name, "version": self.version}
+
+    def run(self, rollouts: list[HarnessRollout], concurrency: int) -> list[HarnessResult]:
+        raise NotImplementedError(f"{type(self).__name__}.run: run each rollout against its base_url")
+
+    def close(self) -> None:
+        """Nothing to stop by default."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

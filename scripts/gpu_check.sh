@@ -2,7 +2,7 @@
 # GPU check, unattended (see docs/gpu.md): tiny model on vLLM, recording proxy, >= 8 mini-SWE-agent rollouts,
 # logprob parity with transformers, one update of the project's trainer and a weight sync into the running vLLM.
 # Writes $OUT/gpu_check.json (+ gpu_check.log and the servers' logs); OUT defaults to outputs/gpu_check.
-# Extra arguments go to `python -m repro.bench.gpu_check` (e.g. --server cpu for a dry run without a GPU; --trainer verl
+# Extra arguments go to `python -m repro.experiments.bench.gpu_check` (e.g. --server cpu for a dry run without a GPU; --trainer verl
 # adds verl's actor on the recorded rows).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +25,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 
 export PYTHONUNBUFFERED=1
-timeout --kill-after=20 "$((BUDGET_S + 60))" "$PY" -m repro.bench.gpu_check --out "$OUT" --budget-s "$BUDGET_S" "$@" \
+timeout --kill-after=20 "$((BUDGET_S + 60))" "$PY" -m repro.experiments.bench.gpu_check --out "$OUT" --budget-s "$BUDGET_S" "$@" \
   2>&1 | tee "$OUT/gpu_check.log"
 status=${PIPESTATUS[0]}
 [ "$status" -eq 124 ] && echo "gpu_check: stopped after $((BUDGET_S + 60)) s; $OUT/gpu_check.json has the steps done" >&2

@@ -1,8 +1,8 @@
-"""Replay a finished RL run's steps through :class:`repro.rl.trainer.RLTrainer` and print the weights' sha256 after
+"""Replay a finished RL run's steps through :class:`repro.rl.loop.RLLoop` and print the weights' sha256 after
 each step.
 
 Each step's reports are read back from the run's ``rl/step_NNN/instances/`` and its rows rebuilt from the run's
-traces (``traces.sqlite``) by the trainer itself (:meth:`RLTrainer.train`: task order, rows, update, save,
+traces (``traces.sqlite``) by the trainer itself (:meth:`RLLoop.train`: task order, rows, update, save,
 checkpoint, record), with the run's RL, trainer and sample settings (``config.yaml``), starting from the run's cached
 warm start. The recorded rollouts stand in for the model server (nothing is sampled or loaded), which isolates the
 update from serving: the same run replayed twice gives the same hashes, and the last equals the run's
@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
+from repro.common.files import cache_dir, weights_sha256
 from repro.evaluation import read_reports
-from repro.files import cache_dir, weights_sha256
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
-from repro.rl.trainer import RLTrainer
+from repro.rl.loop import RLLoop
 from repro.samples import SampleConfig
 from repro.train.config import UpdateConfig
 
@@ -61,7 +61,7 @@ def replay(run: Path, out: Path) -> list[str]:
     """The sha256 of the weights after each replayed step."""
     key = json.loads((run / "metrics.json").read_text())["warm_start"]["key"]
     policy = stage_policy(cache_dir() / "warm_start" / f"warm-{key}", out)
-    trainer = RLTrainer(RecordedServer(policy), None, None, rl_config(run), out)
+    trainer = RLLoop(RecordedServer(policy), None, None, rl_config(run), out)
     hashes = []
     for step_dir in sorted((run / "rl").glob("step_*")):
         step = int(step_dir.name.split("_")[1])

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from hydra.utils import instantiate
 
-from repro.experiments.miniature import MiniatureConfig, split_train
-from repro.experiments.warm_start import WarmStartRun, demonstration_rows, record_demonstrations
+from repro.cli.runner import compose_config
+from repro.recipe.miniature import MiniatureConfig, split_train
+from repro.recipe.warm_start import WarmStartRun, demonstration_rows, record_demonstrations
 from repro.rl.evaluator import Evaluator, build_spec
-from repro.runner import compose_config
 from repro.tasks.sets import load_task_set
 from repro.tinymodel.recipe import build_recipe_model
 from repro.train.sft import sft_train
@@ -88,8 +88,8 @@ def evaluate(model_dir: Path, out: Path, n_tasks: int, k: int, overrides: list[s
     with p.setup.harness_and_sandbox(workers=2) as (agent, box):
         spec = build_spec(agent, name, tasks, p.setup.sandbox, p.eval, p.tasks.seed, p.setup.served_model_name)
         with p.setup.server(model_dir, out) as stack:
-            evaluator = Evaluator(stack, agent, box, spec, p.eval, out / "traces.sqlite")
-            reports = evaluator.evaluate(tasks, out / "eval", "lab")
+            evaluator = Evaluator(stack, agent, box, p.eval, spec=spec, store_path=out / "traces.sqlite")
+            reports = evaluator.evaluate(tasks, out / "eval", "lab").reports
     resolved = sum(r.outcome == "resolved" for r in reports)
     print("EVAL", json.dumps({"model": str(model_dir), "resolved": resolved, "n": len(reports),
                               "pass1": resolved / len(reports), "seconds": time.time() - started}))

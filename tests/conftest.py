@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from repro.net import free_port
+from repro.common.net import free_port
 from repro.serving.commands import start_cpu_server_process, stop_process
 from repro.serving.cpu_server_args import CpuServerArgs
 from repro.testing import FakeVllmUpstream, ServerThread

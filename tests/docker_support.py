@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import repro.sandbox.images as images_module
-from repro.files import cache_dir, locked
+from repro.common.files import cache_dir, locked
 from repro.sandbox.docker_engine import DockerUnavailable, client, engine_available
 from repro.sandbox.images import ImageBuildError, base_image_name, build_base_image, os_image_name
 from repro.sandbox.local import LocalSandbox

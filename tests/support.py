@@ -20,11 +20,11 @@ import httpx
 import pytest
 from hypothesis import strategies as st
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig, is_v1
-from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
-from harness_adapters.mini_swe_agent_v1 import MiniSweAgentV1Harness
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig, is_v1
+from harness_adapters.mini_swe_agent.pool import MiniSweAgentHarness
+from harness_adapters.mini_swe_agent.v1 import MiniSweAgentV1Harness
+from repro.common.net import free_port
 from repro.execution.limits import ResourceLimits
-from repro.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyApp, ProxyConfig
 from repro.proxy.auth import new_control_token
@@ -93,8 +93,8 @@ SMALL = ["warm_start.n_demo_tasks=24", "train_tasks.n_tasks=30", "warm_start.sft
 
 def repro_cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
               timeout: float = 900) -> subprocess.CompletedProcess:
-    """``python -m repro.cli ARGS`` in a subprocess, output captured as text."""
-    return subprocess.run([sys.executable, "-m", "repro.cli", *args], capture_output=True, text=True,
+    """``python -m repro.cli.main ARGS`` in a subprocess, output captured as text."""
+    return subprocess.run([sys.executable, "-m", "repro.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env=env)
 
 

@@ -1,9 +1,9 @@
 """Frozen evaluation: the spec and its fingerprint, Pass@1 / pass@k with intervals, paired tests, run records."""
 
-from repro.evaluation.metrics import MetricsConfig, Summary, is_infra_failure, pass_at_k, summarize
+from repro.evaluation.metrics import MetricsConfig, Summary, is_infra_failure, pass_at_1, pass_at_k, summarize
 from repro.evaluation.paired import mcnemar_exact, paired_bootstrap, sign_flip_test
 from repro.evaluation.preds import update_preds, write_preds
-from repro.evaluation.records import (
+from repro.evaluation.reports import (
     InstanceReport,
     Usage,
     finished_samples,
@@ -46,6 +46,7 @@ __all__ = [
     "mcnemar_exact",
     "next_rollout_id",
     "paired_bootstrap",
+    "pass_at_1",
     "pass_at_k",
     "pending_samples",
     "read_reports",

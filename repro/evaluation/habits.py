@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.store import open_store
-from repro.store.records import CallRecord
+from repro.store.trace_records import CallRecord
 
 _SLIPPED_EDIT = re.compile(r"^sed -n '\d*s\|")
 _TEXT_BLOCK = re.compile(r"```(?:bash|mswea_bash_command)[ \t]*\n(.*?)\n?```", re.DOTALL)  # text-mode harnesses

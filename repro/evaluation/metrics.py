@@ -28,7 +28,7 @@ INFRA_OUTCOMES = ("error", "timeout")
 
 
 class SampleLike(Protocol):
-    """What metrics need from a per-sample record (``repro.evaluation.records.InstanceReport`` has it)."""
+    """What metrics need from a per-sample record (``repro.evaluation.reports.InstanceReport`` has it)."""
 
     instance_id: str
     sample: int
@@ -110,6 +110,13 @@ def tally(samples: Iterable[SampleLike]) -> dict[str, TaskTally]:
     return dict(sorted(tallies.items()))
 
 
+def pass_at_1(samples: Iterable[SampleLike]) -> float:
+    """The published Pass@1: the mean over tasks with a valid sample of each task's resolved share of its valid
+    samples (infrastructure failures left out); 0.0 when no sample is valid."""
+    scores = [t.score for t in tally(samples).values() if t.valid]
+    return float(np.mean(scores)) if scores else 0.0
+
+
 @dataclass
 class MetricsConfig:
     """How intervals are computed (analysis settings: recorded with the numbers, not part of the spec)."""
@@ -140,10 +147,11 @@ def summarize(samples: Iterable[SampleLike], k_values: Iterable[int] = (1,),
               config: MetricsConfig | None = None) -> Summary:
     """Pass@1 (default and strict), its intervals and pass@k for each k, under the infrastructure rule."""
     config = config or MetricsConfig()
-    tallies = tally(samples)
+    samples_list = list(samples)
+    tallies = tally(samples_list)
     included = [t for t in tallies.values() if t.valid]
     scores = [t.score for t in included]
-    pass1 = float(np.mean(scores)) if scores else 0.0
+    pass1 = pass_at_1(samples_list)
     strict = float(np.mean([t.strict_score for t in tallies.values()])) if tallies else 0.0
     at_k, at_k_tasks = {}, {}
     for k in sorted(set(k_values)):

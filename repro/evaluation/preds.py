@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from repro.evaluation.records import InstanceReport, read_patch
-from repro.files import atomic_write_text, file_lock
+from repro.common.files import atomic_write_text, file_lock
+from repro.evaluation.reports import InstanceReport, read_patch
 
 PREDS_FILE = "preds.json"
 

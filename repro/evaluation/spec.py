@@ -15,14 +15,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from repro.dataclass_floats import coerce_floats
+from repro.common.dataclass_floats import coerce_floats
+from repro.common.seeding import eval_seed
 from repro.sandbox.config import SandboxSpec
-from repro.seeding import eval_seed
 from repro.tasks.schema import Task
 
 FINGERPRINT_CHARS = 12  # 48 bits: collisions are irrelevant at the scale of a results table
 SPEC_VERSION = 2  # bump when the meaning of a field changes (old fingerprints then differ on purpose)
-# 2: sample seeds are hashes of (seed, instance id, sample) (repro.seeding), no longer seed + sample
+# 2: sample seeds are hashes of (seed, instance id, sample) (repro.common.seeding), no longer seed + sample
 
 
 def canonical_json(value: Any) -> str:

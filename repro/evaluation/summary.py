@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro.common.files import atomic_write_text
 from repro.evaluation.metrics import OUTCOMES, MetricsConfig, Summary, summarize
-from repro.evaluation.records import InstanceReport
+from repro.evaluation.reports import InstanceReport
 from repro.evaluation.spec import EvalSpec
-from repro.files import atomic_write_text
 
 METRICS_FILE = "metrics.json"
 SCHEMA_VERSION = 1

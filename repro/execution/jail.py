@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from repro.common.lifecycle import Closing
 from repro.execution.jail_init import hold, inside, serve_relay
 
 INIT = Path(__file__).with_name("jail_init.py")
@@ -89,7 +90,7 @@ def _answers(url: str) -> bool:
     return True
 
 
-class ProxyRelay:
+class ProxyRelay(Closing):
     """A Unix socket that forwards each connection to the proxy's TCP address and nowhere else: the jail's only
     way out."""
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from repro.common.lifecycle import Closing
 from repro.execution.limits import CommandResult, ResourceLimits, clean_env, kill_session, rlimits
 
 ZYGOTE = Path(__file__).with_name("pytest_zygote_main.py")
@@ -38,7 +39,7 @@ class ServerGone(OSError):
     """The fork server died or answered out of protocol (the caller falls back to a fresh process)."""
 
 
-class PytestServer:
+class PytestServer(Closing):
     """One fork server process of ``python``; serves one run at a time."""
 
     def __init__(self, python: str) -> None:
@@ -119,7 +120,7 @@ class PytestServer:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-class ServerPool:
+class ServerPool(Closing):
     """Idle servers per interpreter; a caller takes one (or starts one) and gives it back after its run."""
 
     def __init__(self) -> None:

@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.experiments.evaluate import eval_model
-from repro.experiments.setup import Setup
+from repro.recipe.setup import Setup, eval_model
 from repro.rl.evaluator import EvalConfig
-from repro.rl.probe import run_probes
+from repro.rl.task_probe import run_probes
 from repro.sandbox.repos import RepoError
 from repro.serving.stack import EndpointServingConfig
 from repro.tasks.distributions import TaskDistributionConfig

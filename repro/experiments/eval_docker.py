@@ -21,9 +21,8 @@ from typing import Any
 
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.paired import paired_summary
-from repro.experiments.evaluate import eval_model
-from repro.experiments.setup import Setup
-from repro.report.eval_docker import run_markdown
+from repro.recipe.setup import Setup, eval_model
+from repro.report.eval_docker_table import run_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from repro.sandbox.local import LocalSandbox
@@ -107,8 +106,8 @@ def eval_docker_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileConfig
                     make_sandbox(config))
                 phase_started = time.time()
                 with sandbox as box:
-                    evaluator = Evaluator(stack, agent, box, spec, eval, run_dir / "traces.sqlite")
-                    reports = evaluator.evaluate(task_list, run_dir / arm, model_name)
+                    evaluator = Evaluator(stack, agent, box, eval, spec=spec, store_path=run_dir / "traces.sqlite")
+                    reports = evaluator.evaluate(task_list, run_dir / arm, model_name).reports
                 arms[arm] = eval_metrics(reports, spec, eval.experiment, model_name, started_at=phase_started,
                                          durations_s={"evaluation": time.time() - phase_started})
                 arms[arm]["rollout_times"] = _rollout_times(reports)

@@ -10,15 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from repro.evaluation import Cost, eval_metrics, write_metrics
-from repro.experiments.setup import Setup
+from repro.recipe.setup import Setup, eval_model
 from repro.report.eval_table import run_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
 from repro.serving.stack import EndpointServingConfig
 from repro.tasks.distributions import TaskDistributionConfig
-from repro.tasks.schema import Task
 from repro.tasks.sets import TaskFileConfig, load_task_set
-from repro.tinymodel.model import TinyModelConfig
-from repro.tinymodel.recipe import tiny_model
 
 
 def _cpu_seconds() -> float:
@@ -38,8 +35,8 @@ def evaluate_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileConfig, e
         model_dir, model_name = (Path(), setup.served_model_name) \
             if isinstance(setup.serving, EndpointServingConfig) else eval_model(setup.model, eval, task_list)
         with setup.server(model_dir, run_dir) as stack:
-            evaluator = Evaluator(stack, agent, box, spec, eval, run_dir / "traces.sqlite")
-            reports = evaluator.evaluate(task_list, run_dir, model_name)
+            evaluator = Evaluator(stack, agent, box, eval, spec=spec, store_path=run_dir / "traces.sqlite")
+            reports = evaluator.evaluate(task_list, run_dir, model_name).reports
     cost = Cost(cpu_h={"evaluation": (_cpu_seconds() - cpu0) / 3600})
     metrics = eval_metrics(reports, spec, eval.experiment, model_name, cost=cost, started_at=started,
                            durations_s={"evaluation": time.time() - started},
@@ -49,16 +46,3 @@ def evaluate_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileConfig, e
     print(run_markdown(metrics), flush=True)
     refuse_if_all_infra(reports, run_dir)
     return metrics
-
-
-def eval_model(model: TinyModelConfig, ev: EvalConfig, tasks: list[Task]) -> tuple[Path, str]:
-    """The checkpoint to evaluate (``eval.checkpoint``, else the tiny offline model) and its name."""
-    if ev.checkpoint:
-        path = Path(ev.checkpoint).expanduser()
-        if not (path / "config.json").exists():
-            raise SystemExit(f"checkpoint {path} has no config.json: pass a transformers checkpoint directory "
-                             f"(e.g. one written by `repro build-model --out DIR`)")
-        return path, path.name
-    corpus = [t.problem_statement for t in tasks[:200]]
-    path, _ = tiny_model(model, corpus)
-    return path, path.name

@@ -1,7 +1,7 @@
 """``experiment=harness_matrix``: train in each harness (and in the rebuilt loop), evaluate in each.
 
 One warm start that acts in every harness of the matrix (a tokenizer with every harness's fixed texts, the expert's
-demonstrations through each: :mod:`repro.experiments.warm_start_mix`), evaluated in each harness; then one RL arm
+demonstrations through each: :mod:`repro.recipe.warm_start_mix`), evaluated in each harness; then one RL arm
 per training loop (``matrix.train_in``: a harness behind the proxy; ``matrix.rebuilt_of``: the trainer-owned rebuild
 of that harness's loop), each from that warm start on the same tasks, seeds and budget, and every trained policy
 evaluated in every harness under that harness's frozen spec. ``metrics.json`` has kind ``harness_matrix``;
@@ -21,25 +21,25 @@ from pathlib import Path
 from typing import Any
 
 from harness_adapters.registry import get_harness
-from repro.accounting import Accountant
+from repro.common.accounting import Accountant
+from repro.common.files import weights_sha256
+from repro.common.tracking import tracked
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
-from repro.experiments.loop_comparison import FidelityConfig, comparison_metrics, replay_store
-from repro.experiments.miniature import Miniature, MiniatureConfig, split_train
-from repro.experiments.records import paired_tests, per_instance
-from repro.experiments.warm_start import WarmStartRun
-from repro.experiments.warm_start_mix import mixed_warm_start
-from repro.files import weights_sha256
 from repro.rebuilt.harness import LoopConfig, rl_harness
+from repro.recipe.loop_fidelity import FidelityConfig, comparison_metrics, replay_store
+from repro.recipe.miniature import Miniature, MiniatureConfig, split_train
+from repro.recipe.paired_metrics import paired_tests, per_instance
+from repro.recipe.warm_start import WarmStartRun
+from repro.recipe.warm_start_mix import mixed_warm_start
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import Evaluator, build_spec, refuse_if_all_infra
+from repro.rl.loop import RLLoop
 from repro.rl.rollouts import GradeCache
-from repro.rl.trainer import RLTrainer
 from repro.sandbox.select import make_sandbox
 from repro.tasks.sets import load_task_set
 from repro.tinymodel.recipe import build_recipe_model
-from repro.tracking import tracked
 
 REBUILT = "rebuilt"
 LOOP_SLICE = "loop_comparison"  # the folder of the proxy-vs-rebuilt slice of a matrix run
@@ -106,8 +106,8 @@ class Matrix:
         out = {}
         for name, mini in self.minis.items():
             store = Path(stack.proxy.store_path)
-            reports = Evaluator(stack, mini.agent, mini.box, mini.spec, mini.cfg.eval, store, mini.grades).evaluate(
-                mini.test_list, phase_dir / name, label)
+            reports = Evaluator(stack, mini.agent, mini.box, mini.cfg.eval, spec=mini.spec, store_path=store,
+                                grades=mini.grades).evaluate(mini.test_list, phase_dir / name, label).reports
             refuse_if_all_infra(reports, phase_dir / name)
             out[name] = reports
         return out
@@ -158,9 +158,9 @@ def train_arm(matrix: Matrix, arm: tuple[str, str, str], rl: RLConfig) -> dict[s
     with mini.cfg.setup.server(policy, arm_dir) as stack:
         with rl_harness(LoopConfig(kind), mini.agent, policy) as agent, \
                 tracked(matrix.run_dir, mini.cfg.setup.tracking, f"rl-{name}") as tracker:
-            trainer = RLTrainer(stack, agent, mini.box, rl, arm_dir, tracker=tracker, accountant=acct,
+            trainer = RLLoop(stack, agent, mini.box, rl, arm_dir, tracker=tracker, accountant=acct,
                                 grades=mini.grades, probe_harness=mini.agent)
-            history = trainer.fit(mini.rl_tasks)
+            history = [s.record for s in trainer.fit(mini.rl_tasks)]
         with acct.phase("eval_after"):
             after = matrix.evaluate_all(stack, arm_dir / "eval", f"rl-{name}")
     return {"trained_in": trained_in, "loop": kind, "dir": arm_dir, "after": after, "history": history,

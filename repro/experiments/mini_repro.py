@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from repro.console.eta import plan_text
+from repro.common.eta import plan_text
 from repro.evaluation import write_metrics
 from repro.evaluation.habits import slip_share
-from repro.experiments.miniature import (
+from repro.rebuilt.harness import LoopConfig
+from repro.recipe.miniature import (
     ArmConfig,
     Miniature,
     MiniatureConfig,
@@ -25,12 +26,11 @@ from repro.experiments.miniature import (
     prepared_miniature,
     run_arm,
 )
-from repro.experiments.records import BeforeAfter
-from repro.experiments.records import before_after_metrics as record
-from repro.experiments.warm_start import prompt_platform
-from repro.rebuilt.harness import LoopConfig
+from repro.recipe.paired_metrics import BeforeAfter
+from repro.recipe.paired_metrics import before_after_metrics as record
+from repro.recipe.warm_start import prompt_platform
 from repro.report.before_after import run_markdown
-from repro.report.records import with_run_files
+from repro.report.run_records import with_run_files
 from repro.rl.config import RLConfig
 
 

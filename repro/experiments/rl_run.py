@@ -18,24 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro.accounting import Accountant
-from repro.evaluation import write_metrics
-from repro.experiments.evaluate import eval_model
-from repro.experiments.memory_gate import memory_gate
-from repro.experiments.records import BeforeAfter, before_after_metrics
-from repro.experiments.setup import Setup
-from repro.files import weights_sha256
+from repro.common.accounting import Accountant
+from repro.common.files import weights_sha256
+from repro.common.tracking import tracked
+from repro.evaluation import pass_at_1, write_metrics
+from repro.recipe.memory_gate import memory_gate
+from repro.recipe.paired_metrics import BeforeAfter, before_after_metrics
+from repro.recipe.setup import Setup, eval_model
 from repro.report.before_after import run_markdown
-from repro.report.records import with_run_files
+from repro.report.run_records import with_run_files
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
+from repro.rl.loop import RLLoop
 from repro.rl.rollouts import GradeCache
-from repro.rl.trainer import RLTrainer
 from repro.serving.stack import verl_stack
 from repro.tasks.schema import Task
 from repro.tasks.sets import load_task_set
-from repro.tracking import tracked
 from repro.verl.config import VerlUpdateConfig
 
 
@@ -70,15 +69,11 @@ def validation_eval(ev: EvalConfig, cfg: ValidationConfig) -> EvalConfig:
                                max_tokens=cfg.max_tokens, concurrency=cfg.concurrency)
 
 
-def pass_at_1(reports: list[Any]) -> float:
-    return sum(r.outcome == "resolved" for r in reports) / len(reports) if reports else 0.0
-
-
 def validator(evaluator: Evaluator, run_dir: Path, tasks: list[Task]) -> Callable[[int], dict[str, Any]]:
     """The validation point of a step: Pass@1 of the current policy on the validation tasks."""
     def validate(step: int) -> dict[str, Any]:
         name, when = ("before_rl", "before RL") if step < 0 else (f"step_{step:03d}", f"after step {step + 1}")
-        reports = evaluator.evaluate(tasks, run_dir / "validation" / name, f"policy-{name}")
+        reports = evaluator.evaluate(tasks, run_dir / "validation" / name, f"policy-{name}").reports
         point = {"step": step, "pass_at_1": pass_at_1(reports), "n": len(reports),
                  "infra_failures": sum(r.infra_failure for r in reports)}
         print(f"validation {when}: Pass@1 {point['pass_at_1']:.1%} on {len(reports)} samples", flush=True)
@@ -140,18 +135,19 @@ def rl_run_job(setup: Setup, data: RunData, eval: EvalConfig, validation: Valida
         policy = verl.model_dir if verl is not None else stage_policy(base_dir, run_dir)
         with served(setup, verl, policy, run_dir) as stack:
             grades = GradeCache()
-            test = Evaluator(stack, agent, box, spec, eval, grades=grades)
+            test = Evaluator(stack, agent, box, eval, spec=spec, grades=grades)
             before = _evaluate(test, "eval_before", test_list, base_name, run_dir, acct)
-            validate = validator(Evaluator(stack, agent, box, val_spec, val_ev, run_dir / "traces.sqlite", grades),
-                                 run_dir, val_list) if validation.every_steps > 0 else None
+            val = Evaluator(stack, agent, box, val_ev, spec=val_spec, store_path=run_dir / "traces.sqlite",
+                            grades=grades)
+            validate = validator(val, run_dir, val_list) if validation.every_steps > 0 else None
             first = [validate(-1)] if validate is not None and validation.before_first_step else []
             print(f"phase rl: {rl.steps} steps x {rl.tasks_per_step} tasks x {rl.samples_per_task} samples",
                   flush=True)
             with tracked(run_dir, setup.tracking, f"rl-{run_dir.name}") as tracker:
-                trainer = RLTrainer(stack, agent, box, rl, run_dir, validate=validate,
+                trainer = RLLoop(stack, agent, box, rl, run_dir, validate=validate,
                                     validate_every=validation.every_steps, tracker=tracker, accountant=acct,
                                     grades=grades, policy=verl)
-                history = trainer.fit(train_list)
+                history = [s.record for s in trainer.fit(train_list)]
             after = _evaluate(test, "eval_after", test_list, f"rl-{run_dir.name}", run_dir, acct)
     metrics = before_after_metrics(BeforeAfter(
         eval, spec, run_dir, train_name, before, after, (base_name, f"rl-{run_dir.name}"),
@@ -168,6 +164,6 @@ def _evaluate(evaluator: Evaluator, phase: str, tasks: list[Task], label: str, r
     ev = evaluator.cfg
     print(f"phase {phase}: {len(tasks)} tasks x k={ev.k} in the real harness ({evaluator.spec.label()})", flush=True)
     with acct.phase(phase):
-        reports = evaluator.evaluate(tasks, run_dir / phase, label)
+        reports = evaluator.evaluate(tasks, run_dir / phase, label).reports
     refuse_if_all_infra(reports, run_dir / phase)
     return reports

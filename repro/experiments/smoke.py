@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from harness_adapters.mini_swe_agent import ensure_mini_swe_agent_env, run_mini_swe_agent
-from repro.experiments.setup import Setup
+from harness_adapters.mini_swe_agent.adapter import ensure_mini_swe_agent_env, run_mini_swe_agent
+from repro.recipe.setup import Setup
 from repro.report.inspect import calls_table, console, rollouts_table
 from repro.store import open_store
 from repro.tinymodel.recipe import tiny_model

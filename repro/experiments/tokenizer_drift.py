@@ -2,10 +2,10 @@
 
 Rollouts of one harness (the ``harness`` group) with the model (``model=tiny_qwen3``: Qwen3's exact tokenizer,
 random init) sampled at temperature 1 on bundled tasks, through the recording proxy and the CPU server, as a frozen
-evaluation. With ``warm_start.n_demo_tasks > 0`` the model is first fine-tuned (:mod:`repro.experiments.warm_start`)
+evaluation. With ``warm_start.n_demo_tasks > 0`` the model is first fine-tuned (:mod:`repro.recipe.warm_start`)
 on the scripted expert's demonstrations through the same harness, on tasks of the train split, so that it makes the
 harness's tool calls and its rollouts have turns to measure. Then, from the stored calls
-(:mod:`repro.evaluation.tokenizer_drift`): the share of turns whose prompt is not the previous prompt + the sampled
+(:mod:`repro.evaluation.retokenization`): the share of turns whose prompt is not the previous prompt + the sampled
 completion (per call purpose, with causes), the share of sampled completions that are not the canonical tokenization
 of their own text, the prompt lengths (a harness whose prompts do not fit the context reports those instead of
 rates) and, for mini-SWE-agent 2.x in tool-call mode, the rebuilt loop's divergence from the harness when the
@@ -21,15 +21,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from repro.accounting import Accountant
+from repro.common.accounting import Accountant
 from repro.evaluation import eval_metrics, write_metrics
-from repro.evaluation.tokenizer_drift import Share, prefix_drift, prompt_lengths, retokenization, total_share
-from repro.experiments.evaluate import eval_model
-from repro.experiments.setup import Setup
-from repro.experiments.warm_start import WarmStartConfig, WarmStartRun, warm_start
+from repro.evaluation.retokenization import Share, prefix_drift, prompt_lengths, retokenization, total_share
 from repro.rebuilt.fidelity import replay_recorded, summarize
 from repro.rebuilt.harness import loop_spec
-from repro.report.tokenizer_drift import drift_markdown
+from repro.recipe.setup import Setup, eval_model
+from repro.recipe.warm_start import WarmStartConfig, WarmStartRun, warm_start
+from repro.report.tokenizer_drift_table import drift_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
 from repro.serving.engine import end_token_ids
 from repro.store import open_store
@@ -65,7 +64,8 @@ def tokenizer_drift_job(setup: Setup, tasks: TaskDistributionConfig | TaskFileCo
             model_dir, warm = warm_started(WarmStartRun(setup, agent, box, run_dir), model_dir, tasks, warm_start)
             model_name = model_dir.name
         with setup.server(model_dir, run_dir) as stack:
-            reports = Evaluator(stack, agent, box, spec, eval, store_path).evaluate(task_list, run_dir, model_name)
+            reports = Evaluator(stack, agent, box, eval, spec=spec, store_path=store_path).evaluate(
+                task_list, run_dir, model_name).reports
         print("measuring drift from the stored calls", flush=True)
         replay = {t.instance_id: t for t in task_list} if drift.replay and _replayable(agent.cfg) else None
         measured = measure_store(store_path, model_dir,

@@ -28,7 +28,7 @@ import os
 import time
 from typing import Any
 
-from repro.asgi import Receive, Send, declared_length, read_body, send_bytes, send_json
+from repro.common.asgi import Receive, Send, declared_length, read_body, send_bytes, send_json
 from repro.proxy.anthropic_stream import MessagesDialect
 from repro.proxy.auth import capability, new_control_token, require_capability, require_control
 from repro.proxy.config import ProxyConfig
@@ -37,7 +37,7 @@ from repro.proxy.errors import ProxyError, bad_request
 from repro.proxy.forward import Answer, Forwarder
 from repro.proxy.openai_responses import ResponsesDialect
 from repro.proxy.registry import RolloutRegistry
-from repro.proxy.routes import PURPOSE_SEGMENT, check_purpose
+from repro.proxy.routes import PURPOSE_SEGMENT, check_purpose, rollout_base_path
 from repro.proxy.validation import check_chat, check_completion, check_rollout_id, parse_json_object, storable_request
 from repro.store import CallRecord, GroupCommitWriter, SqliteTraceStore, TraceStoreConfig
 
@@ -120,7 +120,7 @@ class ProxyApp:
             require_control(dict(scope["headers"]), self.control_token)
             fields = parse_json_object(await self._body(scope, receive))
             record = self.registry.create(fields)
-            path = f"/rollouts/{record.rollout_id}/{capability(self.control_token, record.rollout_id)}/v1"
+            path = rollout_base_path(record.rollout_id, capability(self.control_token, record.rollout_id))
             return await send_json(send, 201, {**dataclasses.asdict(record), "base_url_path": path})
         elif path == "/v1/models" and method == "GET":
             return await self.forwarder.models(send)

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from repro.store.records import CallRecord
+from repro.store.trace_records import CallRecord
 
 
 def _choice_logprobs(choice: dict[str, Any]) -> list[float] | None:

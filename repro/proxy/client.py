@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from repro.proxy.auth import capability, control_header
+from repro.proxy.routes import rollout_base_path
 
 
 @dataclass
@@ -28,7 +29,7 @@ class ProxyClient:
         """The OpenAI-style base URL of ``rollout_id``'s model routes (``proxy_url``: the proxy as the harness
         reaches it, default :attr:`url`)."""
         root = (proxy_url or self.url).rstrip("/")
-        return f"{root}/rollouts/{rollout_id}/{capability(self.control_token, rollout_id)}/v1"
+        return root + rollout_base_path(rollout_id, capability(self.control_token, rollout_id))
 
     def register(self, http: httpx.Client | None = None, **fields: Any) -> str:
         """Register a rollout (``fields``: rollout_id, task_id, mode, metadata...); returns its base URL."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from repro.asgi import HttpError
+from repro.common.asgi import HttpError
 
 ProxyError = HttpError  # the proxy's errors are plain HTTP errors in the OpenAI format
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from repro.asgi import SSE_HEADERS, Receive, Send, send_bytes
+from repro.common.asgi import SSE_HEADERS, Receive, Send, send_bytes
 from repro.proxy.assemble import StreamAccumulator, StreamFormatError, extract_response
 from repro.proxy.config import ProxyConfig, replica_index
 from repro.proxy.dialects import Dialect, StreamTranslator

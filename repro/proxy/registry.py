@@ -6,9 +6,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from repro.common.seeding import call_seed
 from repro.proxy.errors import ProxyError, bad_request
 from repro.proxy.validation import check_rollout_id
-from repro.seeding import call_seed
 from repro.store import RolloutRecord, SqliteTraceStore
 
 _ROLLOUT_FIELDS = {"rollout_id", "run_id", "task_id", "group_id", "loop_kind", "harness", "harness_version",
@@ -53,7 +53,7 @@ class RolloutRegistry:
 
     def next_seq(self, rollout_id: str) -> tuple[int, dict[str, Any]]:
         """Reserve the next sequence number; returns (seq, the call's sampling overrides). A rollout's seed is
-        not sent as is: each call gets its own, derived from it and ``seq`` (:func:`repro.seeding.call_seed`)."""
+        not sent as is: each call gets its own, derived from it and ``seq`` (:func:`repro.common.seeding.call_seed`)."""
         state = self.lookup(rollout_id)
         seq = state.next_seq
         state.next_seq += 1

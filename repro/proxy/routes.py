@@ -5,6 +5,12 @@ from __future__ import annotations
 PURPOSE_SEGMENT = "purpose"
 
 
+def rollout_base_path(rollout_id: str, capability: str) -> str:
+    """``/rollouts/<id>/<capability>/v1``: the path of a rollout's model routes (what the harness is given, under
+    the proxy's URL; :func:`repro.proxy.auth.capability` derives the capability)."""
+    return f"/rollouts/{rollout_id}/{capability}/v1"
+
+
 def purpose_base_url(base_url: str, purpose: str) -> str:
     """``.../rollouts/<id>/v1`` -> ``.../rollouts/<id>/purpose/<purpose>/v1``: calls sent there are recorded under
     the same rollout with ``purpose`` (e.g. ``auxiliary`` for OpenCode's title request, ``summary`` for a
@@ -18,7 +24,7 @@ def purpose_base_url(base_url: str, purpose: str) -> str:
 
 def check_purpose(purpose: str) -> str:
     """``purpose`` if it is one of CALL_PURPOSES, else ValueError naming the choices."""
-    from repro.store.records import CALL_PURPOSES  # here: the store's package imports numpy, --help need not
+    from repro.store.trace_records import CALL_PURPOSES  # here: the store's package imports numpy, --help need not
 
     if purpose not in CALL_PURPOSES:
         raise ValueError(f"unknown call purpose {purpose!r}; known: {', '.join(CALL_PURPOSES)}")

@@ -21,7 +21,7 @@ from array import array
 from typing import Any
 
 from repro.store import CallRecord
-from repro.store.records import INT32_LIMIT
+from repro.store.trace_records import INT32_LIMIT
 
 _INT64_LIMIT = 2**63
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from repro.net import wait_for_http
+from repro.common.net import wait_for_http
 from repro.proxy.auth import CONTROL_TOKEN_ENV
 from repro.proxy.config import UPSTREAM_API_KEY_ENV, ProxyConfig
 

@@ -14,6 +14,8 @@ import time
 
 import httptools
 
+from repro.common.lifecycle import Closing
+
 
 class UpstreamError(ConnectionError):
     """The upstream connection failed or closed before the response was complete."""
@@ -170,7 +172,7 @@ def _auth_header(api_key: str | None) -> bytes:
     return b"Authorization: Bearer " + api_key.encode("latin-1") + b"\r\n"
 
 
-class UpstreamPool:
+class UpstreamPool(Closing):
     """Pooled keep-alive connections to ``host:port``."""
 
     def __init__(self, host: str, port: int, connect_timeout_s: float, read_timeout_s: float,

@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
+from repro.common.secrets import without_secrets
 from repro.proxy.errors import bad_request
-from repro.secrets import without_secrets
 
 ROLLOUT_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _NUMBER_FIELDS = ("temperature", "top_p", "frequency_penalty", "presence_penalty")

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from harness_adapters.mini_swe_agent import (
+from harness_adapters.mini_swe_agent.adapter import (
     MiniSweAgentConfig,
     base_config,
     build_process_env,
@@ -24,7 +24,7 @@ from harness_adapters.mini_swe_agent import (
     harness_tools,
 )
 from harness_adapters.processes import stream_in_threads
-from repro.protocols import HarnessResult, HarnessRollout
+from repro.protocols import HarnessLimits, HarnessResult, HarnessRollout
 from repro.rebuilt.mini_swe_agent import WRITTEN_FOR, CompletionClient, LoopSpec, RebuiltLoop
 
 TRAJECTORY_NAME = "rebuilt.traj.json"
@@ -89,6 +89,11 @@ class RebuiltMiniSweAgentHarness:
         self._home = Path(tempfile.mkdtemp(prefix="repro-rebuilt-"))
         self.spec = loop_spec(cfg, self._home)
         self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+
+    @property
+    def limits(self) -> HarnessLimits:
+        """The limits of the mini-SWE-agent config it rebuilds."""
+        return HarnessLimits.of(self.cfg)
 
     def identity(self) -> dict[str, Any]:
         spec = {k: v for k, v in asdict(self.spec).items() if k != "command_env"}

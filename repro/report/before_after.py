@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from repro.common.pricing import cost_cell
 from repro.evaluation.paired import paired_summary
-from repro.pricing import cost_cell
 from repro.report.cells import (
     calls_summary,
     hydra_experiment,
@@ -28,7 +28,14 @@ from repro.report.cells import (
     run_name,
     seeds_cell,
 )
-from repro.report.families import Sections, family_frame, family_markdown, family_rows, summed_slips, write_family_csvs
+from repro.report.family_sections import (
+    Sections,
+    family_frame,
+    family_markdown,
+    family_rows,
+    summed_slips,
+    write_family_csvs,
+)
 from repro.report.protocol import protocol_note, split_stream, without_seeds
 from repro.report.rl_diagnostics import diagnostics_summary, write_diagnostics
 from repro.report.table_files import table_file_stem, write_named_tables

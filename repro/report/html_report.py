@@ -19,9 +19,9 @@ import pandas as pd
 import yaml
 
 from repro.evaluation.paired import paired_summary
-from repro.report import before_after, eval_table, loop_comparison, plots
+from repro.report import before_after, eval_table, loop_comparison_table, plots
 from repro.report.cells import paired_cells
-from repro.report.families import family_frame
+from repro.report.family_sections import family_frame
 from repro.report.html import esc, page, pre, table, tag
 from repro.report.rl_diagnostics import diagnostics_rows, diagnostics_summary, merged_histogram
 from repro.report.run_data import Run, Sample, expand, load_run, samples_of
@@ -91,8 +91,8 @@ def kind_rows(kind: str, metrics: list[dict[str, Any]]) -> str:
             before_after.all_family_sections(metrics)) + (
             tag("div", "RL diagnostics per run", class_="label") + table(summary) if len(summary) else "")
     if kind == "loop_comparison":
-        return table(pd.DataFrame(loop_comparison.table_rows(metrics)).fillna("")) + families_block(
-            loop_comparison.all_family_sections(metrics))
+        return table(pd.DataFrame(loop_comparison_table.table_rows(metrics)).fillna("")) + families_block(
+            loop_comparison_table.all_family_sections(metrics))
     return tag("p", esc(f"no table for runs of kind {kind!r}"), class_="muted")
 
 

@@ -1,4 +1,5 @@
-"""``results/jail_overhead.md`` and ``.csv``: the jail benchmark's newest run (``repro.bench.jail_overhead``)."""
+"""``results/jail_overhead.md`` and ``.csv``: the jail benchmark's newest run
+(``repro.experiments.bench.jail_overhead``)."""
 
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ def render(cfg: DictConfig) -> str:
 
 
 def composed_recipe() -> DictConfig:
-    from repro.compose import compose_config  # here: Hydra's composition is only needed when rendering
+    from repro.common.compose import compose_config  # here: Hydra's composition is only needed when rendering
 
     return compose_config(RECIPE)
 

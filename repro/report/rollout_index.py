@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from repro.evaluation.records import NOT_GRADED_REASON, InstanceReport, read_reports
+from repro.evaluation.reports import NOT_GRADED_REASON, InstanceReport, read_reports
 from repro.report.run_layout import phase_of, scan_run
 from repro.store import RolloutRecord, open_store
 

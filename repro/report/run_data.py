@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from repro.evaluation.metrics import is_infra_failure
-from repro.evaluation.records import INSTANCES_DIR, REPORT_FILE, InstanceReport
+from repro.evaluation.reports import INSTANCES_DIR, REPORT_FILE, InstanceReport
 from repro.evaluation.summary import METRICS_FILE
-from repro.report.records import with_run_files
 from repro.report.run_layout import STORE_FILE, scan_run
+from repro.report.run_records import with_run_files
 from repro.store import RolloutRecord, open_store
 
 DIAGNOSTICS_FILE = "rl/diagnostics.jsonl"

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from repro.evaluation.records import INSTANCES_DIR
+from repro.evaluation.reports import INSTANCES_DIR
 
 STORE_FILE = "traces.sqlite"
 _STEP_FOLDER = re.compile(r"/step_\d+$")

@@ -12,7 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from repro.evaluation.records import InstanceReport
+from repro.evaluation.reports import InstanceReport
 from repro.evaluation.summary import METRICS_FILE
 from repro.report.rollout_index import OUTCOME_CLASSES, RolloutEntry
 from repro.store import open_store

@@ -12,8 +12,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from repro.report.before_after import run_markdown
-from repro.report.loop_comparison import comparison_markdown
-from repro.report.records import ERROR_FILE
+from repro.report.loop_comparison_table import comparison_markdown
+from repro.report.run_records import ERROR_FILE
 from repro.report.sweep_table import sweep_markdown
 from repro.report.tables import find_metrics
 

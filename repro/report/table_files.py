@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from repro.configs import split_table_name
+from repro.common.configs import split_table_name
 from repro.report.protocol import split_name
 
 

@@ -1,4 +1,4 @@
-"""`repro table`: published tables in results/, built only from run records (``repro.report.records``).
+"""`repro table`: published tables in results/, built only from run records (``repro.report.run_records``).
 
 `repro table` first copies the record of every run under ``outputs/`` that finished or failed to
 ``results/runs/<experiment>/<run-id>/record.json`` (a run seen in both places is one record, the one built from its
@@ -23,15 +23,15 @@ from typing import Any
 import pandas as pd
 
 from repro.report.before_after import write_before_after_tables
-from repro.report.engines import write_engine_tables
-from repro.report.eval_docker import write_eval_docker_tables
+from repro.report.engines_table import write_engine_tables
+from repro.report.eval_docker_table import write_eval_docker_tables
 from repro.report.eval_table import write_eval_tables
-from repro.report.harness_matrix import write_harness_matrix_tables
+from repro.report.harness_matrix_table import write_harness_matrix_tables
 from repro.report.jail_table import write_jail_overhead_tables
-from repro.report.loop_comparison import write_loop_comparison_tables
+from repro.report.loop_comparison_table import write_loop_comparison_tables
 from repro.report.protocol import count_split_use
-from repro.report.records import failure_input, publish, read_records, records_of_outputs, table_input
-from repro.report.tokenizer_drift import write_tokenizer_drift_tables
+from repro.report.run_records import failure_input, publish, read_records, records_of_outputs, table_input
+from repro.report.tokenizer_drift_table import write_tokenizer_drift_tables
 
 RECORDS_DIR = "runs"  # results/runs/<experiment>/<run-id>/record.json
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
-from repro.evaluation.records import PATCH_FILE
+from repro.evaluation.reports import PATCH_FILE
 from repro.report.html import esc, pre, table, tag
 from repro.report.run_data import FAILED, INFRA, SOLVED, UNGRADED, Sample
 from repro.report.turns import Turn, clip, graded_tests, task_text, turns

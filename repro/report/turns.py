@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from repro.evaluation.records import InstanceReport
+from repro.evaluation.reports import InstanceReport
 from repro.store import CallRecord, RolloutRecord
 
 

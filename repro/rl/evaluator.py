@@ -2,8 +2,11 @@
 through the proxy (mode ``eval``, the spec's decoding and seeds) -> grading -> per-instance reports and
 ``preds.json``. Resumable: finished samples of a phase folder are skipped.
 
-    evaluator = Evaluator(server, harness, sandbox, spec, EvalConfig(k=1))
-    reports = evaluator.evaluate(tasks, run_dir / "eval_after", label="rl")
+    evaluator = Evaluator(server, harness, sandbox, EvalConfig(k=1))
+    result = evaluator.evaluate(tasks, run_dir / "eval_after", label="rl")  # result.pass_at_1, result.reports
+
+Without a ``spec`` the evaluator freezes one from what it is given (the harness's identity and limits, the tasks,
+the sandbox's settings, the decoding); experiments pass the spec they froze before the run.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from repro.evaluation import (
     LimitsSpec,
     SamplingSpec,
     TaskSetSpec,
+    pass_at_1,
     read_reports,
     write_preds,
 )
@@ -67,17 +71,45 @@ def with_model_name(identity: dict[str, Any], served_model_name: str | None) -> 
 
 def build_spec(harness: Harness, name: str, tasks: list[Task], sandbox: Any, ev: EvalConfig,
                task_seed: int | None, served_model_name: str | None = None) -> EvalSpec:
-    """The frozen spec of evaluating ``harness`` on the task set ``name`` in ``sandbox`` (its config) under
-    ``ev``; ``task_seed``: the seed that drew the tasks (recorded)."""
-    cfg = harness.cfg
+    """The frozen spec of evaluating ``harness`` on the task set ``name`` in ``sandbox`` (a sandbox or its config)
+    under ``ev``; ``task_seed``: the seed that drew the tasks (recorded)."""
+    limits = harness.limits
     return EvalSpec(
         harness=HarnessSpec.from_identity(with_model_name(harness.identity(), served_model_name)),
         tasks=TaskSetSpec.from_tasks(name, tasks),
         sampling=SamplingSpec(ev.temperature, ev.top_p, ev.max_tokens, ev.seed),
-        limits=LimitsSpec(int(getattr(cfg, "step_limit", 0) or 0), float(getattr(cfg, "wall_time_limit_s", 0) or 0)),
-        sandbox=sandbox_spec(sandbox, tasks),
+        limits=LimitsSpec(limits.step_limit, limits.wall_time_limit_s),
+        sandbox=sandbox_spec(sandbox_config(sandbox), tasks),
         k=ev.k, seeds={} if task_seed is None else {"tasks": task_seed},
     )
+
+
+def sandbox_config(sandbox: Any) -> Any:
+    """A sandbox's config (``LocalSandbox.config``, ``DockerSandbox.config``); a config is its own."""
+    return getattr(sandbox, "config", sandbox)
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """The reports of one evaluation phase and what they add up to."""
+
+    reports: list[InstanceReport]
+    phase_dir: Path
+    spec: EvalSpec
+
+    @property
+    def resolved(self) -> int:
+        return sum(r.outcome == "resolved" for r in self.reports)
+
+    @property
+    def infra_failures(self) -> int:
+        return sum(r.infra_failure for r in self.reports)
+
+    @property
+    def pass_at_1(self) -> float:
+        """Resolved share of the samples that measured the policy (infrastructure failures left out, as in the
+        published tables)."""
+        return pass_at_1(self.reports)
 
 
 def eval_options(spec: EvalSpec, ev: EvalConfig) -> RolloutOptions:
@@ -91,21 +123,32 @@ def eval_options(spec: EvalSpec, ev: EvalConfig) -> RolloutOptions:
 
 
 class Evaluator:
-    """Runs ``spec`` with ``harness`` in ``sandbox`` against the model ``server`` serves; calls are stored in
-    ``store_path`` (default: ``traces.sqlite`` beside each phase folder); ``grades`` shares verdicts."""
+    """Runs a frozen evaluation with ``harness`` in ``sandbox`` against the model ``server`` serves, under
+    ``config``; ``spec``: the spec frozen before the run (default: frozen from the harness, the tasks given to
+    :meth:`evaluate` as ``task_set``, the sandbox and ``config``); calls are stored in ``store_path`` (default:
+    ``traces.sqlite`` beside each phase folder); ``grades`` shares verdicts."""
 
-    def __init__(self, server: Stack, harness: Harness, sandbox: Sandbox, spec: EvalSpec, config: EvalConfig,
-                 store_path: Path | None = None, grades: GradeCache | None = None) -> None:
-        self.server, self.harness, self.sandbox, self.spec, self.cfg = server, harness, sandbox, spec, config
+    def __init__(self, server: Stack, harness: Harness, sandbox: Sandbox, config: EvalConfig | None = None, *,
+                 spec: EvalSpec | None = None, task_set: str = "tasks", store_path: Path | None = None,
+                 grades: GradeCache | None = None) -> None:
+        self.server, self.harness, self.sandbox = server, harness, sandbox
+        self.cfg, self.spec, self.task_set = config or EvalConfig(), spec, task_set
         self.store_path, self.grades = store_path, grades
         self.ran = 0  # samples the last evaluate() ran (the others were finished before)
 
-    def evaluate(self, tasks: list[Task], phase_dir: Path, label: str) -> list[InstanceReport]:
+    def spec_for(self, tasks: list[Task]) -> EvalSpec:
+        """The frozen spec: the one given, or the one of these tasks (frozen on first use)."""
+        if self.spec is None:
+            self.spec = build_spec(self.harness, self.task_set, tasks, self.sandbox, self.cfg, None,
+                                   self.server.served_model_name)
+        return self.spec
+
+    def evaluate(self, tasks: list[Task], phase_dir: Path, label: str = "policy") -> EvalResult:
         """Run the pending samples of ``phase_dir``; every report of the phase (``label`` names the model in
         ``preds.json``)."""
-        phase_dir = Path(phase_dir)
+        phase_dir, spec = Path(phase_dir), self.spec_for(tasks)
         store = self.store_path or phase_dir.parent / "traces.sqlite"
-        runner = RolloutRunner(phase_dir, store, eval_options(self.spec, self.cfg), tasks, self.server,
+        runner = RolloutRunner(phase_dir, store, eval_options(spec, self.cfg), tasks, self.server,
                                self.harness, self.sandbox, label, self.grades)
         try:
             self.ran = len(runner.run("eval samples"))
@@ -113,7 +156,7 @@ class Evaluator:
             runner.close()
         reports = read_reports(phase_dir)
         write_preds(phase_dir, reports, label)
-        return reports
+        return EvalResult(reports, phase_dir, spec)
 
 
 def refuse_if_all_infra(reports: list[InstanceReport], run_dir: Path) -> None:

@@ -22,26 +22,35 @@ from typing import Any
 
 import httpx
 
-from repro.console.progress import progress
+from repro.common.lifecycle import Closing
+from repro.common.progress import progress
 from repro.evaluation import (
     InstanceReport,
-    Usage,
     next_rollout_id,
     pending_samples,
     update_preds,
     usage_from_store,
     write_report,
 )
-from repro.evaluation.records import NOT_GRADED_REASON
-from repro.fanout import SampleJob, SampleOutcome, finish_sample
-from repro.protocols import GradeResult, HarnessResult, HarnessRollout, command_env, require_container_support
+from repro.evaluation.reports import NOT_GRADED_REASON
+from repro.protocols import (
+    GradeResult,
+    Harness,
+    HarnessResult,
+    HarnessRollout,
+    RemoteHarness,
+    Sandbox,
+    StreamingHarness,
+    command_env,
+    require_container_support,
+)
 from repro.sandbox.docker_engine import ImageMissing
-from repro.sandbox.local import LocalSandbox
+from repro.sandbox.fanout import SampleJob, SampleOutcome, finish_sample
 from repro.sandbox.repos import RepoError
 from repro.serving.stack import Stack
 from repro.store import open_store
 from repro.tasks.schema import Task
-from repro.train.reward import RewardConfig, shaped_reward
+from repro.train.reward import GradedRollout, RewardConfig, RewardFn, default_reward
 
 NOT_GRADED = GradeResult("unresolved", NOT_GRADED_REASON)
 # swebench's import (the sandbox's grading) turns on INFO logging for every logger; httpx would then log each
@@ -67,6 +76,7 @@ class RolloutOptions:
     fingerprint: str = ""
     write_preds: bool = True
     reward: RewardConfig | None = None  # RL's reward shaping (None: the verdict, 1.0 for resolved)
+    reward_fn: RewardFn | None = None  # a reward hook (grade, rollout) -> reward; None: default_reward(reward)
 
 
 class GradeCache:
@@ -119,11 +129,12 @@ def _batches(items: list, size: int) -> Iterator[list]:
         yield items[start : start + size]
 
 
-class RolloutRunner:
+class RolloutRunner(Closing):
     """Runs the pending samples of one phase folder (resumable: finished reports are skipped)."""
 
     def __init__(self, run_dir: Path, store_path: Path, opts: RolloutOptions, tasks: list[Task], stack: Stack,
-                 harness: Any, sandbox: LocalSandbox, model_name: str, grade_cache: GradeCache | None = None) -> None:
+                 harness: Harness | RemoteHarness, sandbox: Sandbox, model_name: str,
+                 grade_cache: GradeCache | None = None) -> None:
         self.run_dir, self.store_path, self.opts, self.stack = Path(run_dir), Path(store_path), opts, stack
         self.tasks = {t.instance_id: t for t in tasks}
         self.harness, self.sandbox, self.model_name = harness, sandbox, model_name
@@ -140,7 +151,7 @@ class RolloutRunner:
         pending = pending_samples(self.run_dir, list(self.tasks), self.opts.k, self.opts.retry_infra)
         reports: list[InstanceReport] = []
         with progress(len(pending), label) as bar:
-            if hasattr(self.harness, "run_each") and not hasattr(self.harness, "run_samples"):
+            if isinstance(self.harness, StreamingHarness):
                 return self._run_stream(pending, bar)
             for batch in _batches(pending, max(1, self.opts.concurrency * 2)):
                 batch_reports = self._run_batch(batch)
@@ -263,7 +274,7 @@ class RolloutRunner:
         rollout_id = next_rollout_id(self.store, self.run_dir.name, instance_id, sample)
         self.stack.client.register(
             self.http, rollout_id=rollout_id, run_id=self.run_dir.name, task_id=instance_id, group_id=instance_id,
-            loop_kind=getattr(self.harness, "loop_kind", "proxy"), harness=self.opts.harness_name,
+            loop_kind=self.harness.loop_kind, harness=self.opts.harness_name,
             harness_version=self.opts.harness_version, mode=self.opts.mode,
             metadata={"sample": sample, "sampling": self._sampling(instance_id, sample),
                       "fingerprint": self.opts.fingerprint})
@@ -271,7 +282,7 @@ class RolloutRunner:
 
     def _run_batch(self, batch: list[tuple[str, int]]) -> list[InstanceReport]:
         started = time.time()
-        if hasattr(self.harness, "run_samples"):  # fanout=ray: whole samples run on the sandbox hosts
+        if isinstance(self.harness, RemoteHarness):  # fanout=ray: whole samples run on the sandbox hosts
             return self._run_remote(batch, started)
         prepared: dict[str, Any] = {}
         failed: list[Any] = []
@@ -322,12 +333,11 @@ class RolloutRunner:
         grade, patch = finish_sample(workspace, result, lambda p: self._grade(task, workspace, p))
         return self._record(task, sample, rollout.rollout_id, result, grade, patch, started)
 
-    def _reward(self, task: Task, grade: GradeResult, usage: Usage) -> float:
-        """The verdict as 1.0 / 0.0, or the shaped reward of ``opts.reward`` (``repro.train.reward``)."""
-        cfg = self.opts.reward
-        if cfg is None or not cfg.shaped:
-            return float(grade.outcome == "resolved")
-        return shaped_reward(task, grade.outcome, grade.tests, usage.n_calls, usage.longest_prompt, cfg)[0]
+    def _reward(self, grade: GradeResult, rollout: GradedRollout) -> float:
+        """The hook's reward (``opts.reward_fn``), or the default: the verdict as 1.0 / 0.0, or the shaped reward of
+        ``opts.reward`` (``repro.train.reward``)."""
+        reward_fn = self.opts.reward_fn or default_reward(self.opts.reward)
+        return float(reward_fn(grade, rollout))
 
     def _infra_failure(self, task: Task, sample: int, rollout_id: str, reason: str, started: float) -> InstanceReport:
         result = HarnessResult(rollout_id, "crashed", reason=f"workspace could not be made: {reason}")
@@ -340,7 +350,8 @@ class RolloutRunner:
         report = InstanceReport.build(task, sample, rollout_id, result, grade, patch, usage, started)
         report.host = host
         infra = report.infra_failure
-        reward = None if infra or not self.opts.grade else self._reward(task, grade, usage)
+        reward = None if infra or not self.opts.grade else self._reward(
+            grade, GradedRollout(task, sample, rollout_id, patch, result, usage.n_calls, usage.longest_prompt))
         store.finish_rollout(rollout_id, "failed" if infra else "finished", reward=reward,
                              failure_reason=(grade.reason or result.reason) if infra else None)
         write_report(self.run_dir, report, patch)

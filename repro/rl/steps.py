@@ -3,13 +3,15 @@ decoding), the order its rows are built in, and the diagnostics a reader checks 
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from repro.common.seeding import rl_seed
 from repro.rl.config import RLConfig
 from repro.rl.rollouts import RolloutOptions
-from repro.seeding import rl_seed
 from repro.tasks.schema import Task
 from repro.train.task_filter import MIXED, outcome_class, outcomes_by_task
 
@@ -94,3 +96,50 @@ def step_diagnostics(record: dict[str, Any]) -> dict[str, Any]:
         "rollouts": record["rollouts"], "infra_failures": record["infra_failures"],
         "rollout_s": record["rollout_s"], "update_s": record["update"]["seconds"],
     }
+
+
+@dataclass(frozen=True)
+class StepDiagnostics:
+    """What a reader checks per RL step (:func:`step_diagnostics`; one line of ``rl/diagnostics.jsonl``)."""
+
+    step: int
+    reward_mean: float
+    mixed_group_share: float
+    clip_fraction: float
+    entropy: float
+    calls_per_rollout: float
+    log_ratio_first_max: float
+    log_ratio_max: float
+    rows: int
+    rows_trained: int
+    old_logprob_mismatch_max: float
+    old_logprob_mismatch_mean: float
+    optimizer_steps: int
+    update_skipped: bool
+    rollouts: int
+    infra_failures: int
+    rollout_s: float
+    update_s: float
+    calls_histogram: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One finished RL step: its diagnostics, its validation point (when one ran after it) and the whole record as
+    written to ``rl/step_NNN/step_record.json`` (``record``: samples, update, policy versions, timings)."""
+
+    step: int
+    diagnostics: StepDiagnostics
+    validation: dict[str, Any] | None
+    record: dict[str, Any]
+
+    @property
+    def reward_mean(self) -> float:
+        return self.diagnostics.reward_mean
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> StepRecord:
+        """The typed view of a step's record (a fresh one, or one read back on resume)."""
+        known = {f.name for f in dataclasses.fields(StepDiagnostics)}
+        diagnostics = StepDiagnostics(**{k: v for k, v in record["diagnostics"].items() if k in known})
+        return cls(record["step"], diagnostics, record.get("validation"), record)

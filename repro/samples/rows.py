@@ -86,7 +86,7 @@ class SampleConfig:
     max_response_tokens: int = 0  # > 0: a row keeps at most this many tokens from its first sampled one on
 
     def __post_init__(self) -> None:
-        from repro.store.records import CALL_PURPOSES  # here, not at the top: see the module's docstring
+        from repro.store.trace_records import CALL_PURPOSES  # here, not at the top: see the module's docstring
 
         check_mode(self.mode)
         check_weighting(self.weighting)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from repro.dataclass_floats import coerce_floats
+from repro.common.dataclass_floats import coerce_floats
 from repro.execution.limits import ResourceLimits
 
 TEST_TIMEOUT_S = 120.0  # default wall-clock limit of one grading pytest run

@@ -23,6 +23,7 @@ from typing import Any
 
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
+from repro.common.lifecycle import Closing
 from repro.execution.pytest_runner import TestRun
 from repro.protocols import ContainerSpec, GradeResult, HarnessResult, Workspace
 from repro.sandbox import docker_engine as engine_api
@@ -138,7 +139,7 @@ def diff_command(base_commit: str) -> str:
             f"--no-renames {base_commit} 2>/dev/null; rm -f \"$GIT_INDEX_FILE\"")
 
 
-class DockerSandbox:
+class DockerSandbox(Closing):
     """Implements ``repro.protocols.Sandbox`` with a Docker engine; safe to share between threads."""
 
     gives_containers = True  # workspaces are container specs: the harness must act inside them

@@ -22,7 +22,7 @@ _PROBE = ("import json, platform, sys\n"
 
 def default_grading_python() -> str:
     """The pinned grading interpreter (its env is built on first use)."""
-    from repro.venvs import ensure_harness_env
+    from repro.common.venvs import ensure_harness_env
 
     return str(ensure_harness_env("grading-pytest", GRADING_PYTEST, [f"pytest=={GRADING_PYTEST}"]).python)
 

@@ -15,6 +15,7 @@ import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from repro.common.lifecycle import Closing
 from repro.execution.limits import CommandResult, clean_env, run_limited
 from repro.protocols import GradeResult, Workspace
 from repro.sandbox.config import LocalSandboxConfig
@@ -63,7 +64,7 @@ def _dir_name(rollout_id: str) -> str:
     return name
 
 
-class LocalSandbox:
+class LocalSandbox(Closing):
     """Implements ``repro.protocols.Sandbox`` on this machine; safe to share between threads."""
 
     def __init__(self, config: LocalSandboxConfig | None = None) -> None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repro.net import free_port, wait_for_http
+from repro.common.net import free_port, wait_for_http
 from repro.serving.cpu_server_args import CpuServerArgs
 
 CPU_SERVER_MODULE = "repro.serving.cpu_server"

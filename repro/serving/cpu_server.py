@@ -2,7 +2,7 @@
 
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
 ``POST /tokenize`` (vLLM's: a chat request's prompt ids and their count), ``POST /v1/load_weights``
-(``{"model_dir": DIR}``: swap in a checkpoint's weights between batches, see :mod:`repro.serving.weights`).
+(``{"model_dir": DIR}``: swap in a checkpoint's weights between batches, see :mod:`repro.serving.cpu_weights`).
 With ``expert_tasks`` the completions are scripted by the miniature's expert (plugged in by name,
 :data:`EXPERT_SCRIPT`), with ``scenarios`` by replies per scenario (:mod:`repro.serving.scripted`).
 vLLM extensions honoured: ``return_token_ids`` (prompt ids top-level for chat / per choice for
@@ -30,8 +30,9 @@ from typing import Any
 
 import orjson
 
-from repro.asgi import Receive, Send, send_json
+from repro.common.asgi import Receive, Send, send_json
 from repro.serving.cpu_server_args import CpuServerArgs, ServerConfig
+from repro.serving.cpu_weights import reload_weights
 from repro.serving.engine import (
     Engine,
     ErrorEvent,
@@ -59,7 +60,6 @@ from repro.serving.streaming import (
     build_chat_response,
     build_completion_response,
 )
-from repro.serving.weights import reload_weights
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,6 @@ once and decodes token by token with a KV cache. Each row samples with its own p
 token, a stop string or ``max_tokens``. Events go to per-request asyncio queues through
 ``loop.call_soon_threadsafe``. Requests arriving while a batch runs wait for the next batch; so do
 control calls (:meth:`Engine.between_batches`, e.g. a weight reload), which never run inside a batch.
-
 Text conventions (as vLLM's): the token ids of a row include the eos / stop token that ended it, but
 its text does not; a stop string ends the row and is cut from the text (the token ids still hold the
 token that completed it). So ``decode(token_ids minus a trailing eos) == text`` unless the row ended
@@ -33,6 +32,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from repro.common.lifecycle import Closing
 from repro.serving.prefix_cache import PrefixCache, stacked_prefix
 from repro.serving.sampling import TextTracker, sample_row
 
@@ -177,7 +177,7 @@ class BatchRow:
         return False
 
 
-class Engine:
+class Engine(Closing):
     """Loads a checkpoint and serves batched generation to asyncio callers."""
 
     def __init__(self, config: EngineConfig) -> None:

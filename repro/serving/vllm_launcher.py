@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro.net import wait_for_http
+from repro.common.net import wait_for_http
 from repro.serving.vllm_env import vllm_importable
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"

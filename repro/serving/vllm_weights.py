@@ -50,7 +50,7 @@ from typing import Any
 
 import httpx
 
-from repro.files import atomic_write_text, checkpoint_config
+from repro.common.files import atomic_write_text, checkpoint_config
 
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 WEIGHT_FILE_GLOBS = ("*.safetensors", "model.safetensors.index.json")

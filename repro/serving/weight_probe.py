@@ -6,7 +6,7 @@ the new weights gives the same tokens (within the served dtype's tolerance). Sta
 update moved the probe by more than the tolerance; how far it moved (the trainer's new logprobs of the tokens the
 server sampled *before* the sync, against the logprobs the server gave them then) is reported as ``moved``, and
 ``distinguishable`` says whether the check could have told old weights from new ones. Served dtype tolerances are
-those of the logprob parity check (:data:`repro.bench.logprob_check.TOLERANCES`).
+defined here (:data:`TOLERANCES`) and shared with the logprob parity checks.
 """
 
 from __future__ import annotations
@@ -19,8 +19,27 @@ import httpx
 
 PROBE_TEXT = "def add(a, b):\n    return a - b\n\n# The tests fail: add(2, 3) returns -1. Fix:"
 PROBE_TOKENS = 8
-# the largest |served - trainer| logprob difference per token that still counts as the same weights
-TOLERANCE = {"float32": 2e-3, "bfloat16": 0.1, "float16": 0.05}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Largest accepted |logprob diff| (per token and on average) and the near-tie margin for greedy ids."""
+
+    max_abs: float
+    mean_abs: float
+    tie_gap: float
+
+
+# The one home of the served dtypes' logprob tolerances (the reload probe, the parity checks). Serving kernels differ
+# from transformers' (fused attention, other reduction orders), so exact equality is not expected; bf16 carries ~3
+# significant digits.
+TOLERANCES = {
+    "float32": Tolerance(max_abs=2e-3, mean_abs=2e-4, tie_gap=1e-3),
+    "bfloat16": Tolerance(max_abs=0.1, mean_abs=0.02, tie_gap=0.05),
+    "float16": Tolerance(max_abs=0.05, mean_abs=0.01, tie_gap=0.02),
+}
+# the reload probe: the largest |served - trainer| logprob difference per token that still counts as the same weights
+TOLERANCE = {dtype: tol.max_abs for dtype, tol in TOLERANCES.items()}
 
 Scorer = Callable[[Sequence[int], Sequence[int]], list[float]]  # (prompt ids, completion ids) -> logprobs
 

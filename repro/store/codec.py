@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from repro.store.records import CallRecord, RolloutRecord, decode_floats, decode_ids, encode_floats, encode_ids
+from repro.store.trace_records import CallRecord, RolloutRecord, decode_floats, decode_ids, encode_floats, encode_ids
 
 
 def _dumps(value: Any) -> bytes | None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from repro.store.codec import Previous, call_to_row, rebuild
 from repro.store.drift import extends
-from repro.store.records import INT32_LIMIT, CallRecord, encode_ids
+from repro.store.trace_records import INT32_LIMIT, CallRecord, encode_ids
 
 _UP_TO = ("SELECT rollout_id, seq, prompt_ids, completion_ids, request_json, prompt_prefix_len, messages_prefix_len, "
           "prefix_seq FROM calls WHERE rollout_id=? AND seq<=? ORDER BY seq")

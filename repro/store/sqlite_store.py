@@ -13,8 +13,8 @@ import orjson
 
 from repro.store import drift
 from repro.store.codec import rebuild, rollout_to_row, row_to_call, row_to_rollout
-from repro.store.records import ROLLOUT_STATUSES, CallRecord, RolloutRecord
 from repro.store.schema import ADDED_CALL_COLUMNS, CALL_COLUMNS, DDL, PAGE_SIZE, ROLLOUT_COLUMNS, SCHEMA_VERSION
+from repro.store.trace_records import ROLLOUT_STATUSES, CallRecord, RolloutRecord
 
 _ROLLOUT_INSERT = (
     f"INSERT INTO rollouts ({', '.join(ROLLOUT_COLUMNS)}) VALUES ({', '.join('?' * len(ROLLOUT_COLUMNS))})"

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from repro.store.codec import Previous
 from repro.store.encoder import CallEncoder, Key, TokenRangeError, failed_versions
-from repro.store.records import CallRecord
 from repro.store.schema import CALL_COLUMNS
 from repro.store.sqlite_store import TraceStoreConfig, connect
+from repro.store.trace_records import CallRecord
 
 _INSERT = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
 Done = Callable[[BaseException | None], None]

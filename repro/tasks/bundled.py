@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro.common.files import cache_dir, locked
 from repro.execution.limits import ResourceLimits
 from repro.execution.pytest_runner import run_pytest
-from repro.files import cache_dir, locked
 from repro.tasks.mutate import Mutation
 from repro_taskdata import PACKAGES_DIR
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from repro.files import cache_dir
+from repro.common.files import cache_dir
 from repro.tasks.schema import Task
 from repro.tasks.swesmith import is_swesmith_row, swesmith_row
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro.files import cache_dir, locked
+from repro.common.files import cache_dir, locked
 
 REPO_OWNER = "repro-bundled"
 IDENTITY = "repro tasks <tasks@repro.invalid> 946684800 +0000"  # fixed: 2000-01-01T00:00:00Z

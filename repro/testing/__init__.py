@@ -6,10 +6,8 @@ for harness tests; ``tokens``: a fake training row and a byte-level tokenizer in
 """
 
 from repro.testing.chat_stub import StubChatServer, StubReply, chat_completion, text_reply, tool_call_reply
-from repro.testing.harness import FakeHarness, FakeSandbox, FakeStreamingHarness, FakeWorkspace
-from repro.testing.server_thread import ServerThread
-from repro.testing.tokens import FakeByteTokenizer, FakeTrainingRow
-from repro.testing.upstream import (
+from repro.testing.fake_harness import FakeHarness, FakeSandbox, FakeStreamingHarness, FakeWorkspace
+from repro.testing.fake_upstream import (
     UPSTREAM_FAULTS,
     FakeVllmUpstream,
     fake_completion_text,
@@ -18,6 +16,8 @@ from repro.testing.upstream import (
     faulty_stream,
     main,
 )
+from repro.testing.server_thread import ServerThread
+from repro.testing.tokens import FakeByteTokenizer, FakeTrainingRow
 
 __all__ = [
     "UPSTREAM_FAULTS",

@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from repro.files import cache_dir
+from repro.common.files import cache_dir
 
 EXTRA = "qwen3-tokenizer"
 QUICKTOK_VERSION = "0.4.0"

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from repro.files import cache_dir, locked
+from repro.common.files import cache_dir, locked
 from repro.tasks.blobs import buggy_files
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model, config_dict
 from repro.tinymodel.vocab import recipe_added_tokens

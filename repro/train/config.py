@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from repro.dataclass_floats import coerce_floats
+from repro.common.dataclass_floats import coerce_floats
 
 DEVICES = ("cpu", "cuda", "auto")
 WEIGHTINGS = ("rollout", "fragment")

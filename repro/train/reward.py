@@ -19,11 +19,13 @@ instead of small penalty differences that group standardization would blow up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from swebench.harness.grading import test_passed
 
+from repro.protocols import GradeResult, HarnessResult
 from repro.tasks.schema import Task
 
 TEST_SCOPES = ("all", "same_file")
@@ -95,3 +97,31 @@ def shaped_reward(task: Task, outcome: str, test_status: dict[str, str], calls: 
     prompt = (cfg.prompt_penalty * ramp(longest_prompt, cfg.prompt_penalty_from, cfg.prompt_penalty_to)
               if solved and cfg.prompt_penalty else 0.0)
     return base - turns - prompt, {"task": base, "turn_penalty": turns, "prompt_penalty": prompt}
+
+
+@dataclass(frozen=True)
+class GradedRollout:
+    """What a reward hook is given besides the grade: the rollout's task, sample, patch, how its harness ended,
+    and its model calls and longest prompt (in tokens) from the store."""
+
+    task: Task
+    sample: int
+    rollout_id: str
+    patch: str
+    harness: HarnessResult
+    n_calls: int
+    longest_prompt: int
+
+
+RewardFn = Callable[[GradeResult, GradedRollout], float]  # a reward hook: (grade, rollout) -> reward
+
+
+def default_reward(cfg: RewardConfig | None) -> RewardFn:
+    """The reward RL records without a hook: the verdict as 1.0 / 0.0, or ``cfg``'s shaped reward."""
+    def reward(grade: GradeResult, rollout: GradedRollout) -> float:
+        if cfg is None or not cfg.shaped:
+            return float(grade.outcome == "resolved")
+        return shaped_reward(rollout.task, grade.outcome, grade.tests, rollout.n_calls, rollout.longest_prompt,
+                             cfg)[0]
+
+    return reward

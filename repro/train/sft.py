@@ -16,7 +16,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig as TrlSFTConfig
 from trl import SFTTrainer
 
-from repro.console.progress import duration
+from repro.common.progress import duration
 from repro.train.config import SftConfig
 from repro.train.device import base_model, distributed, lora_config, merged_state_dict, resolve_device
 from repro.train.objective import TrainingRow
@@ -120,7 +120,7 @@ def gate_note(cfg: SftConfig, steps: int) -> str:
 
 def trl_args(cfg: SftConfig, n_rows: int, work_dir: Path, report_to: str = "none",
              run_name: str | None = None, max_steps: int | None = None) -> TrlSFTConfig:
-    """trl's settings; ``report_to``/``run_name``: the tracker transformers logs to (``repro.tracking``);
+    """trl's settings; ``report_to``/``run_name``: the tracker transformers logs to (``repro.common.tracking``);
     ``max_steps``: the cap of a loss-gated schedule (:mod:`repro.train.sft_schedule`) instead of the epochs' steps."""
     steps = max_steps or sft_steps(cfg, n_rows)
     decay = max(1, int(steps * cfg.decay_fraction))
@@ -148,7 +148,7 @@ def fsdp_option(cfg: SftConfig) -> str:
 def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: SftConfig, report_to: str = "none",
               run_name: str | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict[str, Any]:
     """Fine-tune the checkpoint in ``model_dir`` on ``rows``; save a servable checkpoint to ``out_dir``;
-    ``report_to``: transformers' tracker (inside ``repro.tracking.trainer_reporting``)."""
+    ``report_to``: transformers' tracker (inside ``repro.common.tracking.trainer_reporting``)."""
     if not rows:
         raise ValueError("no demonstration rows to train on: did the expert's rollouts record token ids?")
     if cfg.torch_threads:

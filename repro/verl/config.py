@@ -17,7 +17,7 @@ STRATEGIES = ("fsdp2",)  # FSDP1 (verl's "fsdp", the published run's) does not r
 class VerlUpdateConfig(UpdateConfig):
     """Where verl's actor and its colocated vLLM replicas run and how they share each GPU. Defaults: one node of 8
     GPUs of 79.6 GiB (H100 80GB) with the recipe's settings; ``memory_layout`` names a layout of
-    :data:`repro.memory_plan.LAYOUTS` instead ("" = these fields)."""
+    :data:`repro.verl.memory_plan.LAYOUTS` instead ("" = these fields)."""
 
     strategy: str = "fsdp2"
     n_gpus_per_node: int = 8

@@ -39,7 +39,7 @@ def flavour() -> tuple[str, list[str]]:
 def ensure_verl_env() -> Path:
     """The interpreter of the cached verl environment, building it first when missing (~1 min of pip here);
     raises :class:`VerlEnvError` with the environment's path and what to retry."""
-    from repro.venvs import HarnessEnvError, ensure_harness_env, env_root
+    from repro.common.venvs import HarnessEnvError, ensure_harness_env, env_root
 
     name, packages = flavour()
     try:
@@ -51,7 +51,7 @@ def ensure_verl_env() -> Path:
 
 def cached_verl_python() -> Path | None:
     """The cached environment's interpreter when it is built (valid marker), else None; builds nothing."""
-    from repro.venvs import build_hash, env_root, is_valid
+    from repro.common.venvs import build_hash, env_root, is_valid
 
     name, packages = flavour()
     root = env_root(name, VERL_VERSION)

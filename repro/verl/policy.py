@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from repro.common.lifecycle import Closing
 from repro.train.objective import check_on_policy
 from repro.verl.batch import rows_to_json
 from repro.verl.config import VerlUpdateConfig
@@ -25,7 +26,7 @@ class VerlWorkerError(RuntimeError):
     """verl's worker failed a command or stopped."""
 
 
-class VerlPolicy:
+class VerlPolicy(Closing):
     """``PolicyTrainer``'s surface over verl's actor: one process (``trainer.placement=process``, the miniature's CPU
     path) or a Ray worker group (``ray``; on GPUs with verl's vLLM replicas colocated: :meth:`rollout_servers`,
     :meth:`sync_rollout`)."""

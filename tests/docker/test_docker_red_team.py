@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from harness_adapters.registry import get_harness
 from repro.protocols import HarnessRollout
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig

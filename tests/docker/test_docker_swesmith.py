@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution

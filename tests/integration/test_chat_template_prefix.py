@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
-from repro.evaluation.tokenizer_drift import prefix_drift
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
+from repro.evaluation.retokenization import prefix_drift
 from repro.experiments.tokenizer_drift import _eos_ids
 from repro.proxy import ProxyConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig

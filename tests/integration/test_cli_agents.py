@@ -15,7 +15,7 @@ import pytest
 
 from harness_adapters.node_cli_env import SPECS
 from harness_adapters.registry import get_harness
-from repro.net import free_port
+from repro.common.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
@@ -60,7 +60,7 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                 model_dir, CpuServingConfig(), ProxyConfig(port=0), root,
                 server_overrides={"scenarios": root / "scenarios.json", "max_model_len": 131072}) as stack:
             spec = build_spec(harness, "bundled", tasks, LocalSandboxConfig(), ev, 0, stack.served_model_name)
-            reports = Evaluator(stack, harness, sandbox, spec, ev).evaluate(tasks, root / "run", key)
+            reports = Evaluator(stack, harness, sandbox, ev, spec=spec).evaluate(tasks, root / "run", key).reports
             dead = _dead_endpoint_rollout(harness, tasks[0], sandbox, root)
     finally:
         sandbox.close()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from repro.experiments.evaluate import evaluate_job
-from repro.experiments.setup import Setup
 from repro.proxy import ProxyConfig
+from repro.recipe.setup import Setup
 from repro.rl.evaluator import EvalConfig
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.stack import CpuServingConfig

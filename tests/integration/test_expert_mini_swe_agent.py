@@ -14,7 +14,7 @@ import pytest
 import yaml
 from transformers import AutoTokenizer
 
-from harness_adapters.mini_swe_agent import (
+from harness_adapters.mini_swe_agent.adapter import (
     MiniSweAgentConfig,
     ensure_mini_swe_agent_env,
     fixed_prompt_texts,

@@ -1,5 +1,5 @@
 """The README's "Use it as a library" example runs as written: a harness of the user's own trained with the public
-RLTrainer (real CPU server, proxy, local sandbox, SQLite), then evaluated with the Evaluator."""
+RLTrainer (real CPU server, proxy, local sandbox, SQLite), then the trained policy evaluated in it."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ def library_example() -> str:
 
 def test_the_section_holds_a_harness_of_its_own_and_the_public_api() -> None:
     code = library_example()
-    assert "from repro import" in code and "RLTrainer(" in code and ".fit(" in code and "Evaluator(" in code
+    assert "from repro import" in code and "RLTrainer(" in code and ".fit()" in code and ".evaluate(" in code
     assert "def run(self, rollouts" in code  # the harness contract, implemented in the example itself
+    assert len(code.strip().splitlines()) <= 45  # the short form: a harness, then construct, fit, evaluate
 
 
 @pytest.mark.e2e
@@ -38,5 +39,5 @@ def test_the_readme_library_example_trains_and_evaluates(tmp_path: Path) -> None
     records = [json.loads((run / "rl" / f"step_{s:03d}" / "step_record.json").read_text()) for s in (0, 1)]
     assert [r["rollouts"] for r in records] == [8, 8]  # 2 tasks x 4 samples a step, every one recorded
     assert all(r["reload_check"]["passed"] for r in records)  # each update reached the server
-    assert len(list((run / "eval" / "instances").iterdir())) == 4  # one report folder per task
+    assert len(list((run / "eval_trained" / "instances").iterdir())) == 4  # one report folder per task
     assert out.stdout.strip().splitlines()[-1].endswith("resolved")

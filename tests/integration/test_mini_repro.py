@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.files import weights_sha256
+from repro.common.files import weights_sha256
 from repro.store import open_store
 from tests.support import SMALL, repro_cli
 

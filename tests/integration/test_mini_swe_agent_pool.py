@@ -20,9 +20,9 @@ from typing import Any
 import psutil
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig, ensure_mini_swe_agent_env, run_mini_swe_agent
-from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
-from repro.net import free_port
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig, ensure_mini_swe_agent_env, run_mini_swe_agent
+from harness_adapters.mini_swe_agent.pool import MiniSweAgentHarness
+from repro.common.net import free_port
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.tasks.schema import Task
 from repro.testing import StubChatServer, tool_call_reply
@@ -73,7 +73,7 @@ def worker_processes() -> list[psutil.Process]:
     return [
         p
         for p in psutil.Process().children(recursive=True)
-        if any("mini_swe_agent_worker.py" in part for part in p.cmdline())
+        if any("worker.py" in part for part in p.cmdline())
     ]
 
 
@@ -272,7 +272,7 @@ def test_a_rollouts_env_reaches_the_agents_commands(harness: MiniSweAgentHarness
 
 def test_a_jailed_command_past_its_timeout_reads_as_the_agents_own(tmp_path: Path) -> None:
     """Jailed (the default), a command past mini's command timeout is killed and the agent's observation quotes its
-    own command, not the jail's prefix (``mini_swe_agent_jailed``); the trajectory names the jailed environment."""
+    own command, not the jail's prefix (``jailed``); the trajectory names the jailed environment."""
     cfg = MiniSweAgentConfig(command_timeout_s=1, step_limit=2)
     with MiniSweAgentHarness(cfg, state_dir=tmp_path / "state") as pool:
         if pool.identity()["isolation"] != "jail":

@@ -12,13 +12,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness_adapters.mini_swe_agent import (
+from harness_adapters.mini_swe_agent.adapter import (
     MiniSweAgentConfig,
     ensure_mini_swe_agent_env,
     run_mini_swe_agent,
 )
+from repro.common.venvs import HarnessEnv
 from repro.testing import StubChatServer, text_reply, tool_call_reply
-from repro.venvs import HarnessEnv
 
 SUBMIT = "echo hi > out.txt && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 

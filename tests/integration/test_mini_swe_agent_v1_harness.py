@@ -18,13 +18,13 @@ import psutil
 import pytest
 import yaml
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig, ensure_mini_swe_agent_env
-from harness_adapters.mini_swe_agent_v1 import FINISHED_EXIT_STATUSES, MiniSweAgentV1Harness
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig, ensure_mini_swe_agent_env
+from harness_adapters.mini_swe_agent.v1 import FINISHED_EXIT_STATUSES, MiniSweAgentV1Harness
+from repro.common.net import free_port
 from repro.experiments.evaluate import evaluate_job
-from repro.experiments.setup import Setup
-from repro.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
+from repro.recipe.setup import Setup
 from repro.rl.evaluator import EvalConfig
 from repro.sandbox.local import LocalSandboxConfig
 from repro.serving.stack import CpuServingConfig

@@ -20,7 +20,7 @@ import pytest
 from harness_adapters.opencode import OpenCodeConfig, OpenCodeHarness
 from harness_adapters.opencode_env import ensure_opencode_env
 from harness_adapters.registry import get_harness
-from repro.net import free_port
+from repro.common.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
 from repro.rl.evaluator import EvalConfig, build_spec, eval_options

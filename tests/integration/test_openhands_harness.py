@@ -21,14 +21,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-import repro.experiments.setup as experiment_setup
+import repro.recipe.setup as experiment_setup
 from harness_adapters.openhands import DEFAULT_TOOLS, OpenHandsConfig, OpenHandsHarness, ensure_openhands_env
-from repro.evaluation.records import read_patch
+from repro.common.net import free_port
+from repro.common.venvs import HarnessEnvError
+from repro.evaluation.reports import read_patch
 from repro.experiments.evaluate import evaluate_job
-from repro.experiments.setup import Setup
-from repro.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
+from repro.recipe.setup import Setup
 from repro.rl.evaluator import EvalConfig
 from repro.samples import SampleConfig, build_rows
 from repro.sandbox.local import LocalSandboxConfig
@@ -38,7 +39,6 @@ from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
 from repro.tasks.sets import TaskFileConfig
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
-from repro.venvs import HarnessEnvError
 
 # OpenHands' first prompt is ~20.5k tokens of the tiny byte-level tokenizer: the model needs a longer context.
 MODEL = TinyModelConfig(vocab_size=1024, max_position_embeddings=65536)

@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
-from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.pool import MiniSweAgentHarness
+from repro.common.files import weights_sha256
 from repro.evaluation.habits import slip_share
 from repro.expert.script import slipped
-from repro.files import weights_sha256
 from repro.proxy import ProxyConfig
-from repro.rl.probe import filter_rl_tasks
+from repro.rl.task_probe import filter_rl_tasks
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store

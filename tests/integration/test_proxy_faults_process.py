@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from repro.net import free_port
+from repro.common.net import free_port
 from repro.proxy import ProxyConfig
 from repro.proxy.auth import new_control_token
 from repro.proxy.client import ProxyClient

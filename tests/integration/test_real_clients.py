@@ -13,7 +13,7 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig, ensure_mini_swe_agent_env, run_mini_swe_agent
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig, ensure_mini_swe_agent_env, run_mini_swe_agent
 from tests.support import RunningProxy, start_proxy
 
 BASH_TOOL = {"type": "function", "function": {

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
-from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.pool import MiniSweAgentHarness
 from repro.expert.script import tool_call_text
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig

@@ -18,10 +18,10 @@ import harness_adapters.opencode_env as opencode_env
 from harness_adapters.opencode import OpenCodeConfig
 from harness_adapters.openhands import OpenHandsConfig, ensure_openhands_env
 from harness_adapters.registry import get_harness
+from repro.common.venvs import HarnessEnvError, env_root
 from repro.execution.jail import jail_available
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
-from repro.venvs import HarnessEnvError, env_root
 from tests.integration.test_red_team import REQUIRED, apply_from_task_file, through_shell_tool
 from tests.support import npm_registry_unreachable
 

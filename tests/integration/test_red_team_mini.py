@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from harness_adapters.registry import get_harness
 from repro.protocols import HarnessRollout
 from repro.testing import StubChatServer

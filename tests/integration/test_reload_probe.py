@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.net import free_port
+from repro.common.net import free_port
 from repro.proxy import ProxyConfig
 from repro.serving.commands import start_cpu_server_process, stop_process
 from repro.serving.cpu_server_args import CpuServerArgs

@@ -82,7 +82,7 @@ def test_the_wheel_holds_every_config_and_data_file(wheel: Path) -> None:
     assert not missing, missing
     assert {"repro/conf/config.yaml", "repro/conf/experiment/smoke.yaml", "repro/conf/hydra/launcher/slurm.yaml",
             "repro_taskdata/packages/strkit/tests/test_strkit.py", "repro/tinymodel/chat_template.jinja",
-            "harness_adapters/mini_swe_agent_worker.py"} <= names
+            "harness_adapters/mini_swe_agent/worker.py"} <= names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from repro.accounting import Accountant, hours_cell, hours_header, hours_row, tree_cpu_seconds
+from repro.common.accounting import Accountant, hours_cell, hours_header, hours_row, tree_cpu_seconds
 
 BURN_S = 0.3
 # Burns BURN_S of CPU, says so, then waits for a line on stdin before burning BURN_S again and exiting.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from hydra.utils import instantiate
 
+from repro.cli.runner import compose_config
 from repro.rl.config import RLConfig
-from repro.runner import compose_config
 
 RECIPE = ["experiment=agl_swebench_qwen35_9b", "eval.checkpoint=/models/Qwen3.5-9B",
           "train_tasks.source=train.jsonl", "val_tasks.source=val.jsonl"]

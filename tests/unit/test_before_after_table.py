@@ -129,8 +129,8 @@ def test_an_ablation_is_compared_with_the_default_over_shared_seeds() -> None:
 def test_a_run_that_failed_is_listed_under_its_table(tmp_path: Path, monkeypatch) -> None:
     import json
 
+    from repro.cli.runner import ERROR_FILE, record_failure
     from repro.report.tables import write_tables
-    from repro.runner import ERROR_FILE, record_failure
 
     monkeypatch.chdir(tmp_path)
     sweep = tmp_path / "outputs" / "mini_repro" / "20261201-153837"

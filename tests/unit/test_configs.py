@@ -8,7 +8,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from repro.runner import compose_config, experiment_names
+from repro.cli.runner import compose_config, experiment_names
 
 
 def test_there_are_experiments() -> None:
@@ -93,31 +93,8 @@ def test_the_default_miniature_has_several_calls_and_the_one_call_one_is_a_group
     assert comparison[".tasks.difficulty"] == "one_step_brief" and comparison[".job.loops"] == ["proxy", "rebuilt"]
 
 
-def _readme_run_commands() -> list[str]:
-    """Every ``repro run ...`` the README shows (placeholders like ``[key=value ...]`` and ``--help`` skipped)."""
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    commands = re.findall(r"`(repro run(?: [^`]*)?)`", text) + re.findall(r"^(repro run(?: .*)?)$", text, re.M)
-    return sorted({c.strip() for c in commands if "[" not in c and "--help" not in c})
-
-
-@pytest.mark.parametrize("command", _readme_run_commands())
-def test_every_readme_run_command_composes_and_instantiates(command: str) -> None:
-    """A command the README documents must at least compose and build its job's configs (a sweep: its first cell)."""
-    words = command.replace("<time>", "20261201-000000").split()[2:]
-    words = [w for i, w in enumerate(words) if w not in ("-m", "--cfg") and (i == 0 or words[i - 1] != "--cfg")]
-    overrides = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o else o for o in words]
-    cfg = compose_config(overrides)
-    if "--cfg" in command:  # prints the composed config (values the user must still give stay ???)
-        return
-    for key, node in cfg.job.items():
-        if isinstance(node, DictConfig) and "_target_" in node:
-            assert instantiate(node, _convert_="all") is not None, key
-
-
 def test_a_rejected_config_or_task_file_is_one_error_line_and_leaves_no_run_directory(tmp_path) -> None:
-    from repro.runner import run
+    from repro.cli.runner import run
 
     root = tmp_path / "outputs"
     nested = r"^error: the 'miniature.tasks' config does not fit .*TaskFileConfig.*'families'"  # the inner node
@@ -132,21 +109,21 @@ def test_a_rejected_config_or_task_file_is_one_error_line_and_leaves_no_run_dire
 def test_a_run_that_fails_after_it_started_keeps_its_directory_with_the_error(tmp_path, monkeypatch) -> None:
     import json
 
-    import repro.runner
-    from repro.runner import ERROR_FILE, run
+    import repro.cli.runner
+    from repro.cli.runner import ERROR_FILE, run
 
     def failing_job(job: object, run_dir) -> None:
         (run_dir / "traces.sqlite").write_text("work done before the failure")
         raise SystemExit("the probe kept 1 RL tasks (< rl_filter.min_tasks=16)")
 
-    monkeypatch.setattr(repro.runner, "call", failing_job)
+    monkeypatch.setattr(repro.cli.runner, "call", failing_job)
     root = tmp_path / "outputs"
     with pytest.raises(SystemExit, match="the probe kept 1"):
         run(["experiment=mini_repro", "seed=1", f"run.output_root={root}"])
     (record_path,) = root.glob(f"mini_repro/*/{ERROR_FILE}")
     record = json.loads(record_path.read_text())
     assert record["error"].startswith("the probe kept 1") and record["overrides"][1] == "seed=1"
-    monkeypatch.setattr(repro.runner, "call", lambda job, run_dir: None)  # resumed, and it finishes this time
+    monkeypatch.setattr(repro.cli.runner, "call", lambda job, run_dir: None)  # resumed, and it finishes this time
     run(["experiment=mini_repro", f"run.dir={record_path.parent}"])
     assert not record_path.exists()
 
@@ -154,14 +131,14 @@ def test_a_run_that_fails_after_it_started_keeps_its_directory_with_the_error(tm
 def test_a_run_stopped_by_a_signal_says_so(tmp_path) -> None:
     import json
 
-    from repro.runner import record_failure
+    from repro.cli.runner import record_failure
 
     record_failure(tmp_path, ["seed=2"], SystemExit(143), job=2)
     assert json.loads((tmp_path / "error.json").read_text())["error"] == "stopped by SIGTERM (exit 143)"
 
 
 def test_a_missing_mandatory_value_is_one_line_naming_it(tmp_path) -> None:
-    from repro.cli import main
+    from repro.cli.main import main
 
     with pytest.raises(SystemExit, match=r"needs train_tasks\.source=\.\.\., val_tasks\.source=\.\.\."):
         main(["run", "experiment=agl_swebench_qwen35_9b", f"run.output_root={tmp_path}"])
@@ -173,8 +150,8 @@ def test_a_missing_mandatory_value_is_one_line_naming_it(tmp_path) -> None:
 
 
 def test_run_help_lists_every_experiment_and_every_group_with_its_options(capsys) -> None:
-    from repro.cli import main
-    from repro.configs import CONFIG_DIR
+    from repro.cli.main import main
+    from repro.common.configs import CONFIG_DIR
 
     with pytest.raises(SystemExit) as exit_info:
         main(["run", "--help"])
@@ -205,7 +182,7 @@ def _git_repo(path, *files: str) -> str:
 
 
 def test_the_manifest_records_the_checkouts_commit_and_none_for_an_installed_package(tmp_path) -> None:
-    from repro.runner import _git_sha
+    from repro.cli.runner import _git_sha
 
     checkout = tmp_path / "checkout"
     sha = _git_repo(checkout, "repro/__init__.py")

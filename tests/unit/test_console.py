@@ -7,8 +7,8 @@ import io
 
 from rich.console import Console
 
-from repro.console import eta
-from repro.console.progress import duration, progress
+from repro.common import eta
+from repro.common.progress import duration, progress
 
 
 def test_progress_prints_plain_lines_when_piped() -> None:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
-from harness_adapters.mini_swe_agent import rollout_settings, swebench_environment
+from harness_adapters.mini_swe_agent.adapter import rollout_settings, swebench_environment
 from repro.protocols import ContainerSpec
 from repro.sandbox import eval_script
 from repro.sandbox.docker import diff_command, drop_files

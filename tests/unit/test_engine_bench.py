@@ -7,8 +7,8 @@ import os
 import sqlite3
 from pathlib import Path
 
-from repro.bench.engines import completion_tokens, tree_rss_mb
-from repro.report.engines import engine_frame, engines_markdown
+from repro.experiments.bench.engines import completion_tokens, tree_rss_mb
+from repro.report.engines_table import engine_frame, engines_markdown
 from repro.report.tables import write_kind_tables
 
 

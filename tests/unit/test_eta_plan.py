@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from repro.console import eta
-from repro.experiments.miniature import ArmConfig, miniature_phases
-from repro.runner import compose_config
+from repro.cli.runner import compose_config
+from repro.common import eta
+from repro.recipe.miniature import ArmConfig, miniature_phases
 from repro.train.sft import sft_steps
 
 

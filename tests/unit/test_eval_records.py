@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from repro.evaluation.preds import load_preds, preds_path, update_preds, write_preds
-from repro.evaluation.records import (
+from repro.evaluation.reports import (
     InstanceReport,
     Usage,
     finished_samples,

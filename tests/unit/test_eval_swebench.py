@@ -29,7 +29,7 @@ from swebench.harness.test_spec.test_spec import make_test_spec
 from swebench.harness.utils import get_predictions_from_file, load_swebench_dataset
 
 from repro.evaluation.preds import preds_path, update_preds, write_preds
-from repro.evaluation.records import InstanceReport, Usage, read_reports, write_report
+from repro.evaluation.reports import InstanceReport, Usage, read_reports, write_report
 from repro.evaluation.spec import TaskSetSpec
 from repro.protocols import GradeResult, HarnessResult
 from repro.tasks.schema import Task

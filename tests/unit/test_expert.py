@@ -13,6 +13,7 @@ import httpx
 import pytest
 from transformers import AutoTokenizer
 
+from repro.common.net import free_port
 from repro.expert.script import (
     ExpertScript,
     LineFix,
@@ -22,7 +23,6 @@ from repro.expert.script import (
     slipped,
     tool_call_text,
 )
-from repro.net import free_port
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.cpu_server import ServerConfig, create_app
 from repro.serving.engine import EngineConfig

@@ -7,7 +7,7 @@ from __future__ import annotations
 from repro.evaluation.paired import SIGN_FLIP_RESAMPLES, paired_summary
 from repro.report.before_after import run_markdown
 from repro.report.cells import IDENTICAL, paired_cells, sign_flip_cell
-from repro.report.families import family_of, family_rows, summed_slips
+from repro.report.family_sections import family_of, family_rows, summed_slips
 from repro.report.protocol import count_split_use, protocol_note, split_name
 
 

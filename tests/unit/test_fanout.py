@@ -1,4 +1,5 @@
-"""A sandbox host's side of fanout=ray (repro.fanout.execute_samples), with fakes: samples come back in job order,
+"""A sandbox host's side of fanout=ray (repro.sandbox.fanout.execute_samples), with fakes: samples come back in job
+order,
 a workspace that cannot be made is an infrastructure outcome in its own slot, ungraded jobs are not graded."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.fanout import FanoutConfig, SampleJob, execute_samples
+from repro.sandbox.fanout import FanoutConfig, SampleJob, execute_samples
 from repro.tasks.schema import Task
 from repro.testing import FakeHarness, FakeSandbox
 

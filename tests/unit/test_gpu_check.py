@@ -17,15 +17,22 @@ import orjson
 import pytest
 import torch
 
-from repro.asgi import Receive, Send, read_body, send_json
-from repro.bench.gpu_check import run_check, vllm_serving
-from repro.bench.gpu_check_env import resolve_server
-from repro.bench.gpu_check_runner import Context, GpuCheckConfig, Report, Runner, SkipStep
-from repro.bench.gpu_check_train import advantages, train_step, training_rows, weight_sync
-from repro.bench.logprob_check import TOLERANCES, Row, compare_rows, greedy_rows, load_causal_lm, rows_from_store
-from repro.net import free_port
+from repro.common.asgi import Receive, Send, read_body, send_json
+from repro.common.net import free_port
+from repro.experiments.bench.gpu_check import run_check, vllm_serving
+from repro.experiments.bench.gpu_check_env import resolve_server
+from repro.experiments.bench.gpu_check_runner import Context, GpuCheckConfig, Report, Runner, SkipStep
+from repro.experiments.bench.gpu_check_train import advantages, train_step, training_rows, weight_sync
+from repro.experiments.bench.logprob_check import (
+    Row,
+    compare_rows,
+    greedy_rows,
+    load_causal_lm,
+    rows_from_store,
+)
 from repro.serving.vllm_launcher import build_vllm_command
 from repro.serving.vllm_weights import WeightSyncError, install_weights
+from repro.serving.weight_probe import TOLERANCES
 from repro.testing import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]
@@ -205,7 +212,7 @@ def test_weight_sync_step(tiny_model_dir: Path, trained_dir: Path, model_and_row
 
 def test_runner_records_pass_fail_skip(tmp_path: Path) -> None:
     report = Report(tmp_path / "gpu_check.json")
-    from repro.accounting import Accountant
+    from repro.common.accounting import Accountant
 
     with Accountant(nvml=None) as acct:
         runner = Runner(report, acct, budget_s=60)
@@ -251,7 +258,7 @@ def test_shell_wrapper_runs_the_driver(tmp_path: Path) -> None:
 
 def test_server_that_does_not_start_skips_the_rest(tiny_model_dir: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import repro.bench.gpu_check as gpu_check
+    import repro.experiments.bench.gpu_check as gpu_check
 
     def no_server(*args: Any) -> Any:
         raise RuntimeError("vLLM did not start with any of ['float32']")

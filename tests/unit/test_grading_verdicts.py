@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from repro.common.venvs import ensure_harness_env
 from repro.execution.pytest_runner import parse_statuses
 from repro.sandbox.repos import git
 from repro.tasks.schema import Task
-from repro.venvs import ensure_harness_env
 from tests.support import commit_all, make_sandbox
 
 pytestmark = pytest.mark.timeout(300)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from repro.evaluation.habits import call_commands, is_slipped_edit
-from repro.store.records import CallRecord
+from repro.store.trace_records import CallRecord
 
 
 def _call(*commands: str, content: str = "") -> CallRecord:

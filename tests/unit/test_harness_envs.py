@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from repro import venvs as envs
-from repro.venvs import HarnessEnvError, ensure_harness_env
+from repro.common import venvs as envs
+from repro.common.venvs import HarnessEnvError, ensure_harness_env
 
 
 def make_wheel(directory: Path, version: str = "0.1", extra: dict[str, str] | None = None) -> Path:

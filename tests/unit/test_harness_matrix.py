@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from repro.experiments.harness_matrix import REBUILT, HarnessSet, MatrixConfig
-from repro.experiments.warm_start import WarmStartConfig
-from repro.experiments.warm_start_mix import mix_key, shares
+from repro.recipe.warm_start import WarmStartConfig
+from repro.recipe.warm_start_mix import mix_key, shares
 from repro.tasks.schema import Task
 
 
@@ -97,7 +97,7 @@ def _run(seed: int, home: float, away: float) -> dict:
 
 
 def test_the_table_pools_seeds_and_shows_what_training_at_home_gains() -> None:
-    from repro.report.harness_matrix import home_rows, matrix_markdown, matrix_rows
+    from repro.report.harness_matrix_table import home_rows, matrix_markdown, matrix_rows
 
     group = [_run(0, 0.6, 0.4), _run(1, 0.8, 0.4)]  # at home 60% and 80%: pooled 70%; away 40%
     rows = {r["trained in"]: r for r in matrix_rows(group)}
@@ -112,7 +112,7 @@ def test_the_table_pools_seeds_and_shows_what_training_at_home_gains() -> None:
 
 
 def test_the_loop_table_pools_calls_and_replayed_turns_over_seeds() -> None:
-    from repro.report.harness_matrix import loop_rows
+    from repro.report.harness_matrix_table import loop_rows
 
     group = [_run(0, 0.6, 0.4), _run(1, 0.8, 0.4)]
     for run in group:  # a rebuilt arm makes the fidelity column
@@ -126,7 +126,7 @@ def test_the_loop_table_pools_calls_and_replayed_turns_over_seeds() -> None:
 
 
 def test_the_tables_come_with_a_heatmap_of_the_csv(tmp_path: Path) -> None:
-    from repro.report.harness_matrix import write_harness_matrix_tables
+    from repro.report.harness_matrix_table import write_harness_matrix_tables
 
     overrides = ["experiment=harness_matrix", "run.dir=/x/y", "seed=0", "tasks.n_tasks=9"]
     runs = [_run(0, 0.6, 0.4) | {"table": "harness_matrix", "experiment": "harness_matrix", "overrides": overrides},

@@ -4,21 +4,24 @@ the ``Harness`` protocol, with the protocol's parameters."""
 from __future__ import annotations
 
 import inspect
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from harness_adapters.registry import HARNESSES, harness_class
-from repro.protocols import Harness
+from repro.protocols import Harness, HarnessBase, HarnessLimits, RemoteHarness, StreamingHarness
 from repro.rebuilt.harness import RebuiltMiniSweAgentHarness
-from repro.testing import FakeHarness
+from repro.testing import FakeHarness, FakeStreamingHarness
 
 
 def protocol_members(protocol: type) -> tuple[set[str], dict[str, list[str]]]:
-    """The protocol's attributes (its annotations) and its methods with their parameter names (``self`` left out)."""
+    """The protocol's attributes (its annotations and properties) and its methods with their parameter names
+    (``self`` left out)."""
     methods = {name: list(inspect.signature(value).parameters)[1:] for name, value in vars(protocol).items()
                if inspect.isfunction(value) and value.__qualname__.startswith(f"{protocol.__name__}.")}
-    return set(protocol.__annotations__), methods
+    properties = {name for name, value in vars(protocol).items() if isinstance(value, property)}
+    return set(protocol.__annotations__) | properties, methods
 
 
 def missing_members(cls: type, protocol: type = Harness) -> list[str]:
@@ -43,7 +46,7 @@ def harness_classes() -> dict[str, type]:
 
 def test_the_protocol_names_what_callers_use() -> None:
     attributes, methods = protocol_members(Harness)
-    assert attributes == {"name", "version", "cfg"}
+    assert attributes == {"name", "version", "loop_kind", "limits"}
     assert methods == {"identity": [], "run": ["rollouts", "concurrency"], "close": [], "__enter__": [],
                        "__exit__": ["exc"]}
 
@@ -53,7 +56,7 @@ def test_each_harness_class_has_every_protocol_member(label: str, cls: type) -> 
     assert missing_members(cls) == [], label
 
 
-def test_a_class_without_close_or_cfg_is_caught() -> None:
+def test_a_class_without_close_or_limits_is_caught() -> None:
     class Partial:
         name, version = "p", "1"
 
@@ -63,10 +66,31 @@ def test_a_class_without_close_or_cfg_is_caught() -> None:
         def run(self, rollouts: list, concurrency: int) -> list:
             return []
 
-    assert missing_members(Partial) == ["cfg", "__enter__()", "__exit__('exc',)", "close()"]
+    assert missing_members(Partial) == ["limits", "loop_kind", "__enter__()", "__exit__('exc',)", "close()"]
 
 
 def test_the_fake_is_a_working_harness() -> None:
-    with FakeHarness(cfg={"step_limit": 3}) as harness:
+    with FakeHarness(cfg=SimpleNamespace(step_limit=3)) as harness:
         assert harness.run([], concurrency=1) == [] and harness.identity()["name"] == "fake"
+        assert harness.limits == HarnessLimits(3, 0.0)
     assert harness.closed
+
+
+def test_the_runner_dispatches_on_the_protocol_a_harness_implements() -> None:
+    """What ``RolloutRunner`` checks (no ``hasattr``): a streaming harness streams, a remote one runs whole samples
+    on its hosts, anything else with ``run`` is batched; a harness of one's own needs only ``run`` (HarnessBase)."""
+    class Mine(HarnessBase):
+        def run(self, rollouts: list, concurrency: int) -> list:
+            return []
+
+    class Hosts(HarnessBase):
+        def base_url(self, client: Any, rollout_id: str) -> str:
+            return ""
+
+        def run_samples(self, jobs: list, concurrency: int) -> list:
+            return []
+
+    assert isinstance(FakeStreamingHarness(), StreamingHarness) and isinstance(FakeStreamingHarness(), Harness)
+    assert isinstance(Mine(), Harness) and not isinstance(Mine(), StreamingHarness | RemoteHarness)
+    assert isinstance(Hosts(), RemoteHarness) and not isinstance(Hosts(), StreamingHarness)
+    assert not isinstance(object(), Harness)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from harness_adapters.registry import (
     HARNESSES,
     UnknownHarnessError,
@@ -19,7 +19,7 @@ from harness_adapters.registry import (
     harness_names,
     name_for_config,
 )
-from repro.venvs import HarnessEnv
+from repro.common.venvs import HarnessEnv
 
 VERSIONS = {"mini-swe-agent": "2.4.6", "litellm": "1.110.2", "openai": "3.57.0"}
 
@@ -90,8 +90,8 @@ def test_get_harness_builds_the_pool_without_starting_workers(tmp_path: Path) ->
 def test_registry_imports_no_harness_until_asked() -> None:
     code = (
         "import sys, harness_adapters.registry as r\n"
-        "assert 'harness_adapters.mini_swe_agent_pool' not in sys.modules\n"
+        "assert 'harness_adapters.mini_swe_agent.pool' not in sys.modules\n"
         "r.harness_class('mini-swe-agent')\n"
-        "assert 'harness_adapters.mini_swe_agent_pool' in sys.modules\n"
+        "assert 'harness_adapters.mini_swe_agent.pool' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness_adapters.mini_swe_agent_worker import run_startup_command
+from harness_adapters.mini_swe_agent.worker import run_startup_command
 from repro.protocols import ContainerSpec
 from repro.sandbox.docker import DockerSandbox, DockerSandboxConfig, diff_command
 from repro.sandbox.history import BASE_REF, SCRUB_FAILED, scrub_command

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.evaluation.records import InstanceReport, write_report
+from repro.evaluation.reports import InstanceReport, write_report
 from repro.report.inspect import inspect_path
 from repro.report.turns import assistant_output, observation, turns
 from repro.store import CallRecord, GroupCommitWriter, RolloutRecord, TraceStoreConfig, open_store

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from repro.report.loop_comparison import comparison_markdown, write_loop_comparison_tables
+from repro.report.loop_comparison_table import comparison_markdown, write_loop_comparison_tables
 
 IDS = [f"t{i:02d}" for i in range(40)]
 
@@ -72,7 +72,7 @@ def test_one_seed_has_no_pooled_rows() -> None:
 
 
 def test_fidelity_rows_name_the_tokenizer() -> None:
-    from repro.report.loop_comparison import fidelity_rows
+    from repro.report.loop_comparison_table import fidelity_rows
 
     fid = {"rollouts": 2, "turns": 6, "divergent_turns": 1, "divergence_rate": 1 / 6, "first_divergent_turns": [2],
            "rebuilt_drift_rate": 0.0, "rebuilt_exits": {"Submitted": 2}, "example": None}

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from repro.experiments.memory_gate import memory_gate, model_shape
-from repro.memory_plan import QWEN35_9B
-from repro.runner import compose_config
+from repro.cli.runner import compose_config
+from repro.recipe.memory_gate import memory_gate, model_shape
 from repro.verl.config import VerlUpdateConfig
+from repro.verl.memory_plan import QWEN35_9B
 from tests.support import repro_cli
 
 

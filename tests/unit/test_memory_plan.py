@@ -1,4 +1,5 @@
-"""The per-GPU memory planner (repro.memory_plan): its arithmetic against hand-computed values, the named layouts that
+"""The per-GPU memory planner (repro.verl.memory_plan): its arithmetic against hand-computed values, the named
+layouts that
 must fit and the two that must be refused (with the peak and a setting to change), and `repro plan --memory`."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.cli import main
-from repro.memory_plan import (
+from repro.cli.main import main
+from repro.verl.memory_plan import (
     GIB,
     LAYOUTS,
     QWEN35_9B,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import harness_adapters.mini_swe_agent as mini
-from harness_adapters.mini_swe_agent import (
+import harness_adapters.mini_swe_agent.adapter as mini
+from harness_adapters.mini_swe_agent.adapter import (
     MiniSweAgentConfig,
     base_config,
     ensure_mini_swe_agent_env,
@@ -21,12 +21,12 @@ from harness_adapters.mini_swe_agent import (
     is_v1,
     major_version,
 )
-from harness_adapters.mini_swe_agent_pool import MiniSweAgentHarness
-from harness_adapters.mini_swe_agent_v1 import MiniSweAgentV1Harness, build_command, merge_configs
+from harness_adapters.mini_swe_agent.pool import MiniSweAgentHarness
+from harness_adapters.mini_swe_agent.v1 import MiniSweAgentV1Harness, build_command, merge_configs
 from harness_adapters.registry import get_harness, harness_class
+from repro.common.venvs import HarnessEnv, HarnessEnvError
 from repro.protocols import HarnessRollout
 from repro.tasks.schema import Task
-from repro.venvs import HarnessEnv, HarnessEnvError
 
 V1 = MiniSweAgentConfig(version="1.17.5", mode="text", step_limit=4, max_tokens=32, temperature=0.0)
 V1_YAML = """\

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from repro import multirun
+from repro.cli import multirun
 
 
 def _job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, raised: BaseException) -> str:

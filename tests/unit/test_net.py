@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from repro.net import wait_for_http
+from repro.common.net import wait_for_http
 
 
 def _health_server(pid: int) -> http.server.ThreadingHTTPServer:

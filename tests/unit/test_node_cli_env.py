@@ -18,7 +18,7 @@ from harness_adapters.node_cli_env import (
     node_cli_env,
 )
 from harness_adapters.npm_env import write_marker
-from repro.venvs import MARKER_NAME
+from repro.common.venvs import MARKER_NAME
 
 
 @pytest.fixture(autouse=True)

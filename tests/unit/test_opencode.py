@@ -31,10 +31,10 @@ from harness_adapters.opencode import (
 )
 from harness_adapters.opencode_env import OpenCodeEnv, build_sha256, check_version_exists, is_valid
 from harness_adapters.registry import get_harness
-from repro.configs import CONFIG_DIR
+from repro.common.configs import CONFIG_DIR
+from repro.common.venvs import MARKER_NAME, HarnessEnvError
 from repro.protocols import HarnessRollout
 from repro.tasks.schema import Task
-from repro.venvs import MARKER_NAME, HarnessEnvError
 
 BASE = "http://127.0.0.1:9/rollouts/r1/v1"
 AUX = "http://127.0.0.1:9/rollouts/r1/purpose/auxiliary/v1"

@@ -17,10 +17,10 @@ import yaml
 import harness_adapters.openhands as oh
 from harness_adapters.openhands import OpenHandsConfig, OpenHandsHarness
 from harness_adapters.processes import DUMMY_API_KEY, ProcessOutcome
-from repro.configs import CONFIG_DIR
+from repro.common.configs import CONFIG_DIR
+from repro.common.venvs import HarnessEnv, HarnessEnvError
 from repro.protocols import HarnessRollout
 from repro.tasks.schema import Task
-from repro.venvs import HarnessEnv, HarnessEnvError
 
 PIP_MISSING = (
     "pip install failed (exit 1); full log: /x/pip-install.log\n--- last 30 lines ---\n"

@@ -17,9 +17,9 @@ import harness_adapters.openhands as oh
 import harness_adapters.openhands_runner as runner
 from harness_adapters.isolation import resolve_isolation
 from harness_adapters.openhands import OpenHandsConfig, OpenHandsHarness
+from repro.common.venvs import HarnessEnv
 from repro.protocols import HarnessRollout
 from repro.tasks.schema import Task
-from repro.venvs import HarnessEnv
 
 
 def test_config_checks_isolation() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from repro.cli import main
-from repro.plan import RolloutShape, Schedule, Throughput, estimate, schedule_of
-from repro.runner import compose_config
+from repro.cli.main import main
+from repro.cli.plan import RolloutShape, Schedule, Throughput, estimate, schedule_of
+from repro.cli.runner import compose_config
 
 
 def test_the_schedule_is_what_the_experiment_runs() -> None:

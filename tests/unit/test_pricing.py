@@ -1,4 +1,4 @@
-"""GPU-hours into money (repro.pricing): the configured price of the run's GPU (exact name, else the longest part
+"""GPU-hours into money (repro.common.pricing): the configured price of the run's GPU (exact name, else the longest part
 of it), CPU core-hours at their price, no guessed price for an unknown GPU, and the runner's post-step."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from repro.pricing import PricingConfig, cost_cell, gpu_price, price_metrics, run_cost
-from repro.runner import add_cost
+from repro.cli.runner import add_cost
+from repro.common.pricing import PricingConfig, cost_cell, gpu_price, price_metrics, run_cost
 
 
 def compute(gpu_h: float, cpu_h: float, gpus: list[str]) -> dict:

@@ -11,9 +11,9 @@ import httpx
 import openai
 import pytest
 
-from repro.net import free_port
+from repro.common.net import free_port
+from repro.common.seeding import call_seed
 from repro.proxy.config import replica_index
-from repro.seeding import call_seed
 from repro.testing import FakeVllmUpstream, ServerThread, fake_completion_text, fake_prompt_ids
 from tests.support import RunningProxy, start_proxy
 
@@ -116,7 +116,7 @@ def test_body_over_limit_is_413(tmp_path, fake_upstream) -> None:
 
 
 def test_upstream_down_is_502_with_error_record(tmp_path) -> None:
-    from repro.net import free_port
+    from repro.common.net import free_port
 
     server, config = start_proxy(tmp_path, f"http://127.0.0.1:{free_port()}", connect_timeout_s=1.0)
     with server:
@@ -243,7 +243,7 @@ def test_rollout_sampling_metadata_overrides_the_mode(tmp_path, fake_upstream) -
         running = RunningProxy(server.url, config)
         base = running.client.register(rollout_id="s3", metadata={"sampling": {"seed": 3}})
         assert _chat(base, temperature=0.7, seed=99).status_code == 200
-        # the rollout's seed, not the mode's nor the harness's, derived per call (repro.seeding.call_seed)
+        # the rollout's seed, not the mode's nor the harness's, derived per call (repro.common.seeding.call_seed)
         assert app.last_request["seed"] == call_seed(3, 0) and app.last_request["temperature"] == 0.0
         (call,) = running.store().calls("s3")
         assert call.sampling_overrides == {"temperature": 0.0, "seed": call_seed(3, 0)}

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from repro.net import free_port
+from repro.common.net import free_port
+from repro.common.secrets import is_secret_key, without_secrets
 from repro.proxy.config import UPSTREAM_API_KEY_ENV
-from repro.secrets import is_secret_key, without_secrets
 from repro.serving.commands import start_cpu_server_process, stop_process
 from repro.serving.cpu_server_args import CpuServerArgs
 from tests.support import RunningProxy, start_proxy
@@ -119,7 +119,7 @@ def test_upstream_that_needs_a_key(tmp_path: Path, keyed_server, monkeypatch, ca
 
 
 def test_a_run_directory_never_holds_the_upstream_key(tmp_path: Path, monkeypatch) -> None:
-    from repro.runner import compose_config, record_config
+    from repro.cli.runner import compose_config, record_config
 
     monkeypatch.setenv("MY_KEY", "sk-from-env-123")
     overrides = ["experiment=smoke", "proxy.upstream_api_key=${oc.env:MY_KEY}"]

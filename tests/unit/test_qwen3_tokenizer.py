@@ -22,7 +22,7 @@ except ImportError:
         raise
     pytest.skip("quicktok-v1 missing: pip install -e '.[qwen3-tokenizer]'", allow_module_level=True)
 
-from repro.evaluation.tokenizer_drift import is_utf8
+from repro.evaluation.retokenization import is_utf8
 from repro.tinymodel import qwen3_tokenizer as q3
 
 CODE = [
@@ -222,7 +222,7 @@ def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_build_model_command_prints_the_cached_folder_or_names_the_extra(
         built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from repro.cli import main
+    from repro.cli.main import main
 
     main(["build-model", "--tokenizer", "qwen3"])
     assert capsys.readouterr().out.strip() == str(built)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from harness_adapters.mini_swe_agent import MiniSweAgentConfig
+from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from repro.expert.script import tool_call_text
 from repro.rebuilt.conversation import TokenConversation
 from repro.rebuilt.fidelity import RolloutFidelity, compare, summarize

@@ -178,7 +178,7 @@ def test_faulty_line_tokenizes_the_same_in_statement_and_command(recipe) -> None
 
 
 def test_recipe_config_resolves_from_harness_texts(monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness_adapters.mini_swe_agent as mini
+    import harness_adapters.mini_swe_agent.adapter as mini
 
     monkeypatch.setattr(mini, "fixed_prompt_texts", lambda cfg, platform_line: ["A fixed paragraph of text."])
     monkeypatch.setattr(mini, "harness_tools", lambda cfg: [BASH_TOOL])

@@ -3,15 +3,21 @@ FAIL_TO_PASS and the PASS_TO_PASS tests of the same files; the turn and prompt-l
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from repro.evaluation import Usage
-from repro.protocols import GradeResult
+from repro.protocols import GradeResult, HarnessResult
 from repro.rl.rollouts import RolloutOptions, RolloutRunner
+from repro.store import open_store
+from repro.store.trace_records import RolloutRecord
 from repro.tasks.schema import Task
-from repro.train.reward import RewardConfig, ramp, rewarded_tests, shaped_reward, task_reward
+from repro.train.reward import GradedRollout, RewardConfig, ramp, rewarded_tests, shaped_reward, task_reward
 
 TASK = Task("t", "o/r", "0" * 40, "text",
             FAIL_TO_PASS=["tests/test_a.py::test_bug"],
@@ -87,7 +93,8 @@ def _runner_reward(reward: RewardConfig | None, outcome: str, tests: dict[str, s
     runner = RolloutRunner.__new__(RolloutRunner)
     runner.opts = RolloutOptions(mode="train", reward=reward)
     usage = Usage(n_calls=n_calls, prompt_tokens=100_000, completion_tokens=0, longest_prompt=60_000)
-    return runner._reward(TASK, GradeResult(outcome, "", tests), usage)
+    rollout = GradedRollout(TASK, 0, "r", "", HarnessResult("r", "finished"), usage.n_calls, usage.longest_prompt)
+    return runner._reward(GradeResult(outcome, "", tests), rollout)
 
 
 def test_the_rollout_runner_records_the_verdict_by_default_and_the_shaped_reward_when_asked() -> None:
@@ -97,3 +104,40 @@ def test_the_rollout_runner_records_the_verdict_by_default_and_the_shaped_reward
     expected = 1.0 - 0.075 - 0.1 * 10_000 / 14_000
     assert _runner_reward(AGL, "unresolved", statuses(far="FAILED"), 95) == pytest.approx(expected)
 
+
+
+def _recorded_reward(tmp_path: Path, opts: RolloutOptions, outcome: str) -> float | None:
+    """The reward ``RolloutRunner._record`` stores (real SQLite) for one graded rollout under ``opts``."""
+    store_path = tmp_path / f"traces-{len(list(tmp_path.iterdir()))}.sqlite"
+    store = open_store(store_path)
+    store.create_run("run")
+    store.create_rollout(RolloutRecord("r0", run_id="run", task_id=TASK.instance_id, mode="train"))
+    runner = RolloutRunner.__new__(RolloutRunner)
+    runner.run_dir, runner.store_path, runner.opts, runner.model_name = tmp_path / "phase", store_path, opts, "m"
+    runner._local, runner._opened = threading.local(), []
+    try:
+        runner._record(TASK, 0, "r0", HarnessResult("r0", "finished", n_model_calls=3), GradeResult(outcome), "diff",
+                       time.time())
+        return store.get_rollout("r0").reward
+    finally:
+        for opened in runner._opened:
+            opened.close()
+        store.close()
+
+
+def test_a_reward_hook_replaces_the_recorded_reward_and_sees_the_rollout(tmp_path: Path) -> None:
+    seen: list[tuple[str, GradedRollout]] = []
+
+    def hook(grade: GradeResult, rollout: GradedRollout) -> float:
+        seen.append((grade.outcome, rollout))
+        return 0.25 if grade.outcome == "unresolved" else 2.0
+
+    assert _recorded_reward(tmp_path, RolloutOptions(mode="train", write_preds=False), "unresolved") == 0.0  # control
+    hooked = RolloutOptions(mode="train", write_preds=False, reward_fn=hook)
+    assert _recorded_reward(tmp_path, hooked, "unresolved") == 0.25
+    assert _recorded_reward(tmp_path, hooked, "resolved") == 2.0
+    outcome, rollout = seen[0]
+    assert outcome == "unresolved" and rollout.task is TASK and rollout.rollout_id == "r0" and rollout.patch == "diff"
+    assert rollout.harness.n_model_calls == 3 and rollout.n_calls == 0  # the store's count: no call was recorded
+    # an infrastructure failure gets no reward, hook or not: it says nothing about the policy
+    assert _recorded_reward(tmp_path, hooked, "error") is None

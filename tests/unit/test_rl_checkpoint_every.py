@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-import repro.rl.trainer as rl_trainer
+import repro.rl.loop as rl_loop
 from repro.rl.checkpoints import CHECKPOINT, POLICY_STEP, TRAINER_STATE, RunState, stage_policy
 from repro.rl.config import RLConfig
-from repro.rl.trainer import RLTrainer
+from repro.rl.loop import RLLoop
 from repro.train.config import UpdateConfig
 
 
@@ -26,7 +26,7 @@ class StubTrainer:
 
 
 def _finish_step(loop: RunState, policy: Path, step: int) -> None:
-    """What RLTrainer.train leaves behind after an update: weights marked with the step, the checkpoint, the record."""
+    """What RLLoop.train leaves behind after an update: weights marked with the step, the checkpoint, the record."""
     (policy / "model.safetensors").write_text(f"weights after step {step}")
     loop.mark_weights(step)
     loop.save(step, StubTrainer())
@@ -37,9 +37,9 @@ def _loop(run_dir: Path, policy: Path, every: int, steps: int = 6) -> RunState:
     return RunState(run_dir, policy, steps, every)
 
 
-def _trainer(run_dir: Path, policy: Path, cfg: RLConfig, monkeypatch) -> RLTrainer:
-    monkeypatch.setattr(rl_trainer, "PolicyTrainer", StubTrainer)  # no model: these tests stop before an update
-    return RLTrainer(SimpleNamespace(model_dir=policy), None, None, cfg, run_dir)
+def _trainer(run_dir: Path, policy: Path, cfg: RLConfig, monkeypatch) -> RLLoop:
+    monkeypatch.setattr(rl_loop, "PolicyTrainer", StubTrainer)  # no model: these tests stop before an update
+    return RLLoop(SimpleNamespace(model_dir=policy), None, None, cfg, run_dir)
 
 
 def _warm(tmp_path: Path) -> Path:
@@ -113,8 +113,8 @@ def test_a_steps_rows_are_built_in_task_order_not_completion_order(tmp_path: Pat
         seen.append(list(ids))
         raise Stop
 
-    monkeypatch.setattr(rl_trainer, "build_rows", build_rows)
-    monkeypatch.setattr(rl_trainer, "open_store", lambda path: SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(rl_loop, "build_rows", build_rows)
+    monkeypatch.setattr(rl_loop, "open_store", lambda path: SimpleNamespace(close=lambda: None))
     reports = [SimpleNamespace(instance_id=f"task-{t}", sample=k, rollout_id=f"r-{t}-{k}")
                for t in range(5) for k in range(4)]
     trainer = _trainer(tmp_path / "arm", tmp_path / "policy", RLConfig(), monkeypatch)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from harness_adapters.processes import run_in_threads, stream_in_threads
-from repro.console.progress import ProgressHandle
+from repro.common.progress import ProgressHandle
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.proxy.client import ProxyClient
 from repro.rl.rollouts import RolloutOptions, RolloutRunner

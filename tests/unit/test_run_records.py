@@ -1,4 +1,4 @@
-"""Run records (`repro.report.records`): the few KB of a run that `repro table` builds every table from, so that a
+"""Run records (`repro.report.run_records`): the few KB of a run that `repro table` builds every table from, so that a
 clone without the run directories rebuilds results/ byte for byte."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from repro.cli.runner import record_failure, run_configured
 from repro.evaluation import EvalSpec, HarnessSpec, InstanceReport, SamplingSpec, TaskSetSpec, eval_metrics
 from repro.evaluation import write_metrics as write_eval_metrics
-from repro.report.records import RECORD_FILE, build_record, read_records, record_text, with_run_files
+from repro.report.run_records import RECORD_FILE, build_record, read_records, record_text, with_run_files
 from repro.report.tables import find_metrics, write_kind_tables, write_tables
-from repro.runner import record_failure, run_configured
 
 REPO_RESULTS = Path(__file__).resolve().parents[2] / "results"
 
@@ -271,7 +271,7 @@ def test_a_run_outside_the_repository_is_named_under_its_outputs_root(tmp_path: 
 def test_a_record_names_no_temporary_path_of_its_machine(tmp_path: Path) -> None:
     import tempfile
 
-    from repro.report.records import path_roots, relative_paths
+    from repro.report.run_records import path_roots, relative_paths
 
     excerpt = f"7 ({tempfile.gettempdir()}/repro-workspaces-abc/step_000--task/file.py"
     scrubbed = relative_paths({"fidelity": {"example": excerpt}}, path_roots(tmp_path / "outputs"))

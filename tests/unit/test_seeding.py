@@ -8,11 +8,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from repro.common.seeding import SEED_BITS, call_seed, derive_seed, eval_seed, rl_seed
 from repro.evaluation.spec import EvalSpec, HarnessSpec, SamplingSpec, TaskSetSpec
 from repro.proxy.registry import RolloutRegistry
 from repro.rl.config import RLConfig
 from repro.rl.steps import rollout_options
-from repro.seeding import SEED_BITS, call_seed, derive_seed, eval_seed, rl_seed
 from repro.serving.sampling import sample_row
 from repro.store import open_store
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from repro.proxy.assemble import StreamAccumulator
 from repro.store import CallRecord, GroupCommitWriter, RolloutRecord, TraceStoreConfig, open_store
 from repro.store.drift import extends
-from repro.store.records import decode_floats, decode_ids, encode_floats, encode_ids
+from repro.store.trace_records import decode_floats, decode_ids, encode_floats, encode_ids
 from repro.testing import FakeVllmUpstream
 
 token_lists = st.lists(st.integers(min_value=0, max_value=2**31 - 2), max_size=200)

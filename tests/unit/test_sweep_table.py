@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_module
 
-from repro.configs import CONFIG_MODULE
+from repro.common.configs import CONFIG_MODULE
 from repro.report.sweep_table import matrix_frame, newest_cells, sweep_markdown
 from repro.report.tables import write_tables
 

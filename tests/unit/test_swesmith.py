@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness_adapters.mini_swe_agent_v1 import container_overlay
+from harness_adapters.mini_swe_agent.v1 import container_overlay
 from repro.protocols import ContainerSpec, require_container_support
 from repro.sandbox.eval_script import eval_spec
 from repro.tasks.loaders import load_tasks

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.bench.proxy_overhead import ProxyBenchConfig, summarise
+from repro.experiments.bench.proxy_overhead import ProxyBenchConfig, summarise
 from repro.report.tables import write_tables
 
 

@@ -145,3 +145,22 @@ def test_data_sha256_is_stable_order_free_and_ignores_repo_path():
     changed = [*base[:2], Task(**{**base[2].to_row(), "problem_statement": "other"})]
     assert data_sha256(changed) != data_sha256(base)
     assert len(data_sha256(base)) == 64
+
+
+def test_a_task_file_takes_a_seeded_count_kept_in_file_order(tmp_path: Path) -> None:
+    from repro.tasks.distributions import TaskDistributionConfig, build_distribution
+    from repro.tasks.sets import TaskFileConfig, load_task_set
+
+    rows = build_distribution(TaskDistributionConfig(split="train", n_tasks=12))
+    source = write_tasks(rows, tmp_path / "tasks.jsonl")
+    order = [t.instance_id for t in rows]
+    name, every = load_task_set(TaskFileConfig(str(source)))
+    assert name == "tasks" and [t.instance_id for t in every] == order
+    name, some = load_task_set(TaskFileConfig(str(source), n_tasks=5, seed=1))
+    ids = [t.instance_id for t in some]
+    assert name == "tasks:n5:s1" and len(ids) == 5 and ids == [i for i in order if i in ids]  # file order
+    assert [t.instance_id for t in load_task_set(TaskFileConfig(str(source), n_tasks=5, seed=1))[1]] == ids
+    assert [t.instance_id for t in load_task_set(TaskFileConfig(str(source), n_tasks=5, seed=2))[1]] != ids
+    assert len(load_task_set(TaskFileConfig(str(source), n_tasks=50))[1]) == 12  # more than the file: all
+    with pytest.raises(ValueError, match="n_tasks must be >= 0"):
+        TaskFileConfig(str(source), n_tasks=-1)

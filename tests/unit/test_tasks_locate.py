@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from repro.experiments.miniature import split_train
+from repro.recipe.miniature import split_train
 from repro.tasks.blobs import buggy_files
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.probe import Symptom

@@ -1,5 +1,5 @@
-"""Retokenization drift from hand-made calls (repro.evaluation.tokenizer_drift) and its table
-(repro.report.tokenizer_drift): every count is checked against a rollout whose answer is known."""
+"""Retokenization drift from hand-made calls (repro.evaluation.retokenization) and its table
+(repro.report.tokenizer_drift_table): every count is checked against a rollout whose answer is known."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from repro.evaluation.metrics import wilson_interval
-from repro.evaluation.tokenizer_drift import (
+from repro.evaluation.retokenization import (
     Share,
     break_cause,
     canonical_ids,
@@ -21,8 +21,8 @@ from repro.evaluation.tokenizer_drift import (
     total_share,
 )
 from repro.report.tables import write_tables
-from repro.report.tokenizer_drift import drift_markdown, newest_per_harness, row, share_cell
-from repro.store.records import CallRecord
+from repro.report.tokenizer_drift_table import drift_markdown, newest_per_harness, row, share_cell
+from repro.store.trace_records import CallRecord
 from repro.testing import FakeByteTokenizer
 
 TOK = FakeByteTokenizer()

@@ -1,4 +1,5 @@
-"""repro.tracking: each backend writes what a researcher's tool reads back (TensorBoard event files, a wandb offline
+"""repro.common.tracking: each backend writes what a researcher's tool reads back (TensorBoard event files, a wandb
+offline
 run, an MLflow SQLite store); SFT's report_to names the chosen backend; tracking=none needs no tracking package."""
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from repro import tracking
-from repro.tracking import TrackingConfig, scalars, trainer_reporting
+from repro.common import tracking
+from repro.common.tracking import TrackingConfig, scalars, trainer_reporting
 from repro.train.config import SftConfig
 from repro.train.sft import trl_args
 
@@ -135,9 +136,9 @@ def test_tracking_none_needs_no_tracking_package(tmp_path: Path) -> None:
 import sys
 for name in ("wandb", "mlflow", "tensorboard", "torch.utils.tensorboard"):
     sys.modules[name] = None
-import repro.rl.trainer, repro.experiments.warm_start
+import repro.rl.loop, repro.recipe.warm_start
 from pathlib import Path
-from repro import tracking
+from repro.common import tracking
 with tracking.tracked(Path({str(tmp_path)!r}), tracking.TrackingConfig(), "rl") as tracker:
     tracker.log(0, {{"reward_mean": 1.0}})
 with tracking.trainer_reporting(tracking.TrackingConfig(), Path({str(tmp_path)!r}), "sft") as report_to:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from repro.files import weights_sha256
+from repro.common.files import weights_sha256
 from repro.testing import FakeTrainingRow
 from repro.train.config import UpdateConfig
 from repro.train.rl import PolicyTrainer

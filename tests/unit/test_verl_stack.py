@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from repro.net import free_port
+from repro.common.net import free_port
 from repro.proxy import ProxyConfig
 from repro.proxy.config import replica_index
 from repro.serving.stack import verl_stack

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.experiments.warm_start import WarmStartConfig, prompt_platform, warm_start_key
+from repro.recipe.warm_start import WarmStartConfig, prompt_platform, warm_start_key
 from repro.tasks.schema import Task
 
 
@@ -36,7 +36,7 @@ def test_the_key_changes_with_the_platform_line_and_the_tasks(base_model: Path, 
 def test_a_pinned_platform_gives_the_same_key_and_environment_on_any_kernel(base_model: Path, monkeypatch) -> None:
     """harness.platform (the default) pins the prompt's line: another kernel string changes neither the key nor
     the template variables the harness process gets; ``platform: {}`` follows the host."""
-    from harness_adapters.mini_swe_agent import MiniSweAgentConfig, build_process_env, platform_variables
+    from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig, build_process_env, platform_variables
 
     pinned, host = MiniSweAgentConfig(), MiniSweAgentConfig(platform={})
     tasks, cfg = [_task(0)], WarmStartConfig()
@@ -61,7 +61,7 @@ def test_max_length_enters_the_key_only_when_set(base_model: Path) -> None:
     """Whole rows (``max_length=0``) keep the keys of warm starts made before the option existed."""
     from dataclasses import replace
 
-    from repro.experiments.warm_start import sft_identity
+    from repro.recipe.warm_start import sft_identity
 
     cfg = WarmStartConfig()
     assert "max_length" not in sft_identity(cfg.sft)
@@ -74,7 +74,7 @@ def test_held_out_rows_and_their_gate_enter_the_key_only_when_set(base_model: Pa
     """No rows held out keeps earlier warm starts' keys; holding rows out, or gating on them, is another warm start."""
     from dataclasses import replace
 
-    from repro.experiments.warm_start import sft_identity
+    from repro.recipe.warm_start import sft_identity
 
     cfg = WarmStartConfig()
     plain = sft_identity(cfg.sft)
@@ -115,7 +115,7 @@ def test_a_demonstration_max_tokens_cap_enters_the_key_only_when_set(base_model:
 def test_the_demonstrations_key_ignores_the_weights_and_names_the_tokenizer(base_model: Path) -> None:
     """A training seed changes the base model's weights and ``repro_model.json``, not the demonstrations: a sweep
     over seeds records them once; another tokenizer, task set or platform line gives other rows."""
-    from repro.experiments.warm_start import demos_key
+    from repro.recipe.warm_start import demos_key
 
     (base_model / "tokenizer.json").write_text('{"v": 1}')
     tasks, cfg, line = [_task(0), _task(1)], WarmStartConfig(), prompt_platform()
@@ -131,7 +131,7 @@ def test_the_demonstrations_key_ignores_the_weights_and_names_the_tokenizer(base
 
 def test_cached_demonstrations_are_the_recorded_rows(tmp_path: Path, monkeypatch) -> None:
     """The second call reads the rows the first recorded, token for token, without recording again."""
-    import repro.experiments.warm_start as ws
+    import repro.recipe.warm_start as ws
 
     recorded = [ws.DemoRow([5, 6, 7], [0, 1, 1]), ws.DemoRow([5, 8], [0, 1])]
     calls: list[int] = []

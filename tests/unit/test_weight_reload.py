@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from repro.net import free_port
+from repro.common.net import free_port
 from repro.serving.cpu_server import ServerConfig, create_app
 from repro.serving.engine import Engine, EngineConfig, SamplingParams
 from repro.testing import ServerThread

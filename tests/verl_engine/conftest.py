@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.net import free_port
+from repro.common.net import free_port
 from repro.verl.env import cached_verl_python, ensure_verl_env, verl_command, verl_env_vars
 from tests.required_engines import fail_if_skipped, summary_line
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import torch
 
-from repro.bench.logprob_check import rows_from_store
+from repro.experiments.bench.logprob_check import rows_from_store
 from repro.proxy import ProxyConfig
 from repro.serving.stack import Stack, VllmServingConfig, running_stack
 from repro.serving.vllm_weights import WeightSyncError, reload_weights, write_untied

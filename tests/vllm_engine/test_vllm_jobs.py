@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.cli import main
+from repro.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,1 @@
+"""Leaf helpers every layer may use (nothing here imports the rest of repro)."""

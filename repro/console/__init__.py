@@ -1,1 +1,0 @@
-"""What a long run shows in the terminal while it works: progress lines and expected durations."""
