@@ -93,8 +93,8 @@ SMALL = ["warm_start.n_demo_tasks=24", "train_tasks.n_tasks=30", "warm_start.sft
 
 def repro_cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
               timeout: float = 900) -> subprocess.CompletedProcess:
-    """``python -m repro.cli.main ARGS`` in a subprocess, output captured as text."""
-    return subprocess.run([sys.executable, "-m", "repro.cli.main", *args], capture_output=True, text=True,
+    """``python -m repro.cli.app ARGS`` in a subprocess, output captured as text."""
+    return subprocess.run([sys.executable, "-m", "repro.cli.app", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env=env)
 
 

@@ -19,7 +19,7 @@ HEAVY = ("torch", "transformers", "swebench", "datasets", "trl", "vllm", "hydra"
 # proxy: once /health answers), as JSON on the last line of stdout.
 PROBE = """
 import json, os, sys, threading, time, urllib.request
-from repro.cli.main import main
+from repro.cli.app import main
 
 def report():
     print(json.dumps(sorted(sys.modules)), flush=True)
@@ -60,7 +60,7 @@ def heavy(modules: set[str]) -> list[str]:
 @pytest.mark.parametrize("args", [["proxy", "--help"], ["--help"], ["run", "--help"], ["tasks", "list", "--help"]])
 def test_help_imports_no_heavy_module(args: list[str]) -> None:
     modules = imported_by(args)
-    assert "repro.cli.main" in modules and "argparse" in modules  # the probe saw the command run
+    assert "repro.cli.app" in modules and "argparse" in modules  # the probe saw the command run
     assert heavy(modules) == []
     assert [m for m in modules if m.split(".")[0] == "numpy" or m.startswith("repro.store")] == []  # help: no store
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.cli.main import main
+from repro.cli.app import main
 from repro.verl.memory_plan import (
     GIB,
     LAYOUTS,

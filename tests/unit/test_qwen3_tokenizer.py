@@ -222,7 +222,7 @@ def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_build_model_command_prints_the_cached_folder_or_names_the_extra(
         built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from repro.cli.main import main
+    from repro.cli.app import main
 
     main(["build-model", "--tokenizer", "qwen3"])
     assert capsys.readouterr().out.strip() == str(built)
