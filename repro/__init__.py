@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from repro.rl.loop import RLLoop
     from repro.rl.steps import StepDiagnostics, StepRecord
     from repro.rl.trainer import RLTrainer
-    from repro.samples import SampleConfig
     from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
     from repro.serving.stack import (
         CpuServingConfig,
@@ -52,6 +51,7 @@ if TYPE_CHECKING:
     from repro.tinymodel.recipe import tiny_model
     from repro.train.config import UpdateConfig
     from repro.train.reward import GradedRollout, RewardConfig, RewardFn
+    from repro.train.samples import SampleConfig
     from repro.train.task_filter import TaskFilterConfig
 
 _EXPORTS = {
@@ -62,7 +62,7 @@ _EXPORTS = {
     "running_stack": "repro.serving.stack", "Stack": "repro.serving.stack", "CpuServingConfig": "repro.serving.stack",
     "VllmServingConfig": "repro.serving.stack", "EndpointServingConfig": "repro.serving.stack",
     "ProxyConfig": "repro.proxy",
-    "UpdateConfig": "repro.train.config", "SampleConfig": "repro.samples", "RewardConfig": "repro.train.reward",
+    "UpdateConfig": "repro.train.config", "SampleConfig": "repro.train.samples", "RewardConfig": "repro.train.reward",
     "RewardFn": "repro.train.reward", "GradedRollout": "repro.train.reward",
     "TaskFilterConfig": "repro.train.task_filter",
     "Harness": "repro.protocols", "StreamingHarness": "repro.protocols", "HarnessBase": "repro.protocols",

@@ -27,8 +27,8 @@ from repro.evaluation import read_reports
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.loop import RLLoop
-from repro.samples import SampleConfig
 from repro.train.config import UpdateConfig
+from repro.train.samples import SampleConfig
 
 
 @dataclass

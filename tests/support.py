@@ -93,8 +93,8 @@ SMALL = ["warm_start.n_demo_tasks=24", "train_tasks.n_tasks=30", "warm_start.sft
 
 def repro_cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
               timeout: float = 900) -> subprocess.CompletedProcess:
-    """``python -m repro.cli.app ARGS`` in a subprocess, output captured as text."""
-    return subprocess.run([sys.executable, "-m", "repro.cli.app", *args], capture_output=True, text=True,
+    """``python -m repro.cli.commands ARGS`` in a subprocess, output captured as text."""
+    return subprocess.run([sys.executable, "-m", "repro.cli.commands", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env=env)
 
 
@@ -364,14 +364,14 @@ def installed_node_cli(spec: Any) -> Any:
 # -- recorded rollouts as training rows (the verl path's input) -----------------------------------------------
 
 def recorded_rows(vocab: int, seed: int = 0, **sample_config: Any) -> list[Any]:
-    """Rows of ``repro.samples`` built from recorded calls of two GRPO groups: each rollout makes three calls, the
+    """Rows of ``repro.train.samples`` built from recorded calls of two GRPO groups: each rollout makes three calls, the
     second extending the first (prefix-merged: the harness's observation sits inside the row with mask 0) and the
     third breaking the prefix (a second row); rewards differ within each group, so every row has an advantage.
     Token ids are drawn below ``vocab``; ``sample_config``: :class:`SampleConfig` settings besides prefix merging."""
     import random
 
-    from repro.samples import SampleConfig, build_sample_set
     from repro.store import RolloutRecord
+    from repro.train.samples import SampleConfig, build_sample_set
 
     rng = random.Random(seed)
 

@@ -26,7 +26,6 @@ from repro.common.files import weights_sha256
 from repro.common.tracking import tracked
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
-from repro.rebuilt.harness import LoopConfig, rl_harness
 from repro.recipe.loop_fidelity import FidelityConfig, comparison_metrics, replay_store
 from repro.recipe.miniature import Miniature, MiniatureConfig, split_train
 from repro.recipe.paired_metrics import paired_tests, per_instance
@@ -36,6 +35,7 @@ from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import Evaluator, build_spec, refuse_if_all_infra
 from repro.rl.loop import RLLoop
+from repro.rl.rebuilt.harness import LoopConfig, rl_harness
 from repro.rl.rollouts import GradeCache
 from repro.sandbox.select import make_sandbox
 from repro.tasks.sets import load_task_set

@@ -4,7 +4,7 @@
 Both arms start from the same warm-start checkpoint and train on the same tasks with the same seeds, schedule,
 trainer and sample builder; only who runs the RL rollouts differs. Both final checkpoints are evaluated in the
 **real** harness under one frozen spec (the evaluation of the shared starting point runs once). Fidelity: the
-proxy arm's recorded rollouts are replayed through the rebuilt loop (:mod:`repro.rebuilt.fidelity`), and so are
+proxy arm's recorded rollouts are replayed through the rebuilt loop (:mod:`repro.rl.rebuilt.fidelity`), and so are
 rollouts of other harness versions (e.g. mini-SWE-agent 1.x in text mode) recorded here with the warm-start model.
 """
 
@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from repro.evaluation import write_metrics
-from repro.rebuilt.harness import LoopConfig
 from repro.recipe.loop_fidelity import FidelityConfig, comparison_metrics, fidelity_replays
 from repro.recipe.miniature import ArmConfig, MiniatureConfig, prepared_miniature, run_arm
 from repro.report.loop_comparison_table import comparison_markdown
 from repro.report.run_records import with_run_files
 from repro.rl.config import RLConfig
+from repro.rl.rebuilt.harness import LoopConfig
 
 
 def loop_comparison_job(miniature: MiniatureConfig, rl: RLConfig, fidelity: FidelityConfig, run_dir: Path,

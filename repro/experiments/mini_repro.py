@@ -17,7 +17,6 @@ from typing import Any
 from repro.common.eta import plan_text
 from repro.evaluation import write_metrics
 from repro.evaluation.habits import slip_share
-from repro.rebuilt.harness import LoopConfig
 from repro.recipe.miniature import (
     ArmConfig,
     Miniature,
@@ -32,6 +31,7 @@ from repro.recipe.warm_start import prompt_platform
 from repro.report.before_after import run_markdown
 from repro.report.run_records import with_run_files
 from repro.rl.config import RLConfig
+from repro.rl.rebuilt.harness import LoopConfig
 
 
 def mini_repro_job(miniature: MiniatureConfig, rl: RLConfig, run_dir: Path,

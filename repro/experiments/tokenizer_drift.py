@@ -9,7 +9,7 @@ harness's tool calls and its rollouts have turns to measure. Then, from the stor
 completion (per call purpose, with causes), the share of sampled completions that are not the canonical tokenization
 of their own text, the prompt lengths (a harness whose prompts do not fit the context reports those instead of
 rates) and, for mini-SWE-agent 2.x in tool-call mode, the rebuilt loop's divergence from the harness when the
-recordings are replayed through it (:mod:`repro.rebuilt.fidelity`). Writes metrics.json of kind ``tokenizer_drift``;
+recordings are replayed through it (:mod:`repro.rl.rebuilt.fidelity`). Writes metrics.json of kind ``tokenizer_drift``;
 ``repro table`` publishes ``results/<table>.md``.
 """
 
@@ -24,12 +24,12 @@ from typing import Any
 from repro.common.accounting import Accountant
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.retokenization import Share, prefix_drift, prompt_lengths, retokenization, total_share
-from repro.rebuilt.fidelity import replay_recorded, summarize
-from repro.rebuilt.harness import loop_spec
 from repro.recipe.setup import Setup, eval_model
 from repro.recipe.warm_start import WarmStartConfig, WarmStartRun, warm_start
 from repro.report.tokenizer_drift_table import drift_markdown
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
+from repro.rl.rebuilt.fidelity import replay_recorded, summarize
+from repro.rl.rebuilt.harness import loop_spec
 from repro.serving.engine import end_token_ids
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig
@@ -157,7 +157,7 @@ def _replayable(cfg: Any) -> bool:
 def replay_fidelity(store: Any, rollouts: list[Any], tasks: dict[str, Any], cfg: Any, model_dir: Path,
                     tokenizer: Any, box: Any, max_replays: int) -> dict[str, Any]:
     """The finished ones of ``rollouts`` (most calls first, at most ``max_replays``) replayed through the rebuilt loop
-    (:func:`repro.rebuilt.fidelity.replay_recorded`)."""
+    (:func:`repro.rl.rebuilt.fidelity.replay_recorded`)."""
     spec = loop_spec(cfg, model_dir.parent / ".rebuilt-home")
     finished = [r for r in rollouts if r.status == "finished" and r.task_id in tasks]
     counts = {r.rollout_id: store.count_calls([r.rollout_id]) for r in finished}

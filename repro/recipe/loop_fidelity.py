@@ -1,6 +1,6 @@
 """How faithful the rebuilt loop is, and the ``loop_comparison`` record: recorded real-harness rollouts (the proxy
 arm's, and other harness versions' recorded with the warm-start model) replayed through the rebuilt loop
-(:mod:`repro.rebuilt.fidelity`), and the arms' paired comparison. Shared by ``experiment=loop_comparison`` and
+(:mod:`repro.rl.rebuilt.fidelity`), and the arms' paired comparison. Shared by ``experiment=loop_comparison`` and
 ``experiment=harness_matrix``."""
 
 
@@ -17,12 +17,12 @@ from harness_adapters.registry import get_harness
 from repro.evaluation import eval_metrics
 from repro.evaluation.habits import slip_share
 from repro.evaluation.paired import paired_summary
-from repro.rebuilt.fidelity import replay_recorded, summarize
-from repro.rebuilt.harness import loop_spec
 from repro.recipe.miniature import Miniature
 from repro.recipe.paired_metrics import paired_tests, per_instance
 from repro.recipe.warm_start import prompt_platform
 from repro.rl.config import RLConfig
+from repro.rl.rebuilt.fidelity import replay_recorded, summarize
+from repro.rl.rebuilt.harness import loop_spec
 from repro.rl.rollouts import RolloutOptions, RolloutRunner
 from repro.sandbox.local import LocalSandbox
 from repro.store import open_store

@@ -23,13 +23,13 @@ from repro.common.files import weights_sha256
 from repro.common.tracking import tracked
 from repro.evaluation import InstanceReport
 from repro.evaluation.spec import EvalSpec
-from repro.rebuilt.harness import LoopConfig, rl_harness
 from repro.recipe.setup import Setup
 from repro.recipe.warm_start import WarmStartConfig, WarmStartRun, warm_start
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
 from repro.rl.loop import RLLoop
+from repro.rl.rebuilt.harness import LoopConfig, rl_harness
 from repro.rl.rollouts import GradeCache
 from repro.tasks.distributions import TaskDistributionConfig
 from repro.tasks.schema import Task

@@ -28,11 +28,11 @@ from repro.common.files import atomic_write_bytes, atomic_write_text, cache_dir,
 from repro.common.tracking import trainer_reporting
 from repro.recipe.setup import Setup
 from repro.rl.rollouts import RolloutOptions, RolloutRunner
-from repro.samples import SampleConfig, build_rows
 from repro.store import open_store
 from repro.tasks.loaders import write_tasks
 from repro.tasks.schema import Task
 from repro.train.config import SftConfig, non_default_device_settings
+from repro.train.samples import SampleConfig, build_rows
 from repro.train.sft import gate_note, planned_steps, sft_steps, sft_train
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from repro.report.rl_diagnostics import diagnostics_rows, diagnostics_summary, m
 from repro.report.run_data import Run, Sample, expand, load_run, samples_of
 from repro.report.sweep_table import cells_frame, matrix_frame, newest_cells
 from repro.report.trajectories import TaskSamples, by_task, file_stem, rollout_body, side_by_side
-from repro.samples import SampleConfig
+from repro.train.samples import SampleConfig
 
 
 @dataclass

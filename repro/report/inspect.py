@@ -5,7 +5,7 @@ every phase folder: ``repro.report.rollout_index``) by phase, rollout mode and o
 ``--phase`` / ``--outcome`` select, one table per outcome cut at ``--limit`` rows (the reasons of each verdict;
 store-only rollouts with their prefix drift). ``repro inspect RUN ROLLOUT_OR_INSTANCE`` shows a
 rollout's turns (action, observation) and the grader's verdict, then its calls table and how its calls became
-training rows (``repro.samples``: merge mode, weighting, advantage within its group).
+training rows (``repro.train.samples``: merge mode, weighting, advantage within its group).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from repro.report.rollout_index import index_run, select
 from repro.report.run_layout import STORE_FILE, scan_run
 from repro.report.run_view import Selection, resolve_target, run_overview
 from repro.report.turns import rollout_view
-from repro.samples import SampleConfig, rows_view
 from repro.store import CallRecord, SqliteTraceStore, open_store
+from repro.train.samples import SampleConfig, rows_view
 
 
 def _locate(path: Path) -> tuple[Path, list[Path] | None]:

@@ -1,7 +1,7 @@
 """The report's trajectory browser: a failed and a solved rollout of the same task side by side, turn by turn
 (action, observation, then the grader's verdict and test output), and one rollout's page with its calls and how
 they became training rows (call -> row -> token mask -> weight -> advantage), as `repro inspect RUN ROLLOUT`
-prints them. Turns come from :mod:`repro.report.turns`, rows from :mod:`repro.samples`."""
+prints them. Turns come from :mod:`repro.report.turns`, rows from :mod:`repro.train.samples`."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from repro.evaluation.reports import PATCH_FILE
 from repro.report.html import esc, pre, table, tag
 from repro.report.run_data import FAILED, INFRA, SOLVED, UNGRADED, Sample
 from repro.report.turns import Turn, clip, graded_tests, task_text, turns
-from repro.samples import RolloutSamples, Row, SampleConfig, SampleSet, group_sample_set
 from repro.store import CallRecord, RolloutRecord, open_store
+from repro.train.samples import RolloutSamples, Row, SampleConfig, SampleSet, group_sample_set
 
 CLIP = 1200  # characters of an action / observation shown before "… (N more characters)"
 

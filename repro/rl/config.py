@@ -9,9 +9,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from repro.samples import SampleConfig
 from repro.train.config import UpdateConfig
 from repro.train.reward import RewardConfig
+from repro.train.samples import SampleConfig
 from repro.train.task_filter import TaskFilterConfig
 
 RL_MODES = ("sync", "one_step_off")

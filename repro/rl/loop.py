@@ -38,12 +38,12 @@ from repro.rl.steps import (
     step_tasks,
 )
 from repro.rl.task_probe import filter_rl_tasks
-from repro.samples import build_rows
 from repro.serving.stack import Stack
 from repro.store import open_store
 from repro.tasks.schema import Task
 from repro.train.reward import RewardFn
 from repro.train.rl import PolicyTrainer
+from repro.train.samples import build_rows
 from repro.verl.config import VerlUpdateConfig
 
 START_FILE = "rl/start.json"  # the starting weights' sha256 (the probe step's cache key on a resumed run)

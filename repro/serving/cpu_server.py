@@ -64,7 +64,7 @@ from repro.serving.streaming import (
 log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
-EXPERT_SCRIPT = "repro.expert:serving_script"  # (tasks JSONL, slip rate, slip seed, slip operators) -> Script
+EXPERT_SCRIPT = "repro.tinymodel.expert:serving_script"  # (tasks JSONL, slip rate, slip seed, slip operators) -> Script
 __all__ = ["EXPERT_SCRIPT", "CPUServerApp", "Generation", "ServerConfig", "create_app", "main", "run_server",
            "server_script", "stream_sse"]
 

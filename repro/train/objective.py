@@ -18,7 +18,7 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 
 class TrainingRow(Protocol):
-    """What the trainer reads from a row of ``repro.samples`` (token lists are aligned)."""
+    """What the trainer reads from a row of ``repro.train.samples`` (token lists are aligned)."""
 
     input_ids: list[int]
     loss_mask: list[int]

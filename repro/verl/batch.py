@@ -1,6 +1,6 @@
 """repro's training rows as verl's batch: the fields verl's actor reads, laid out as verl's own rollout lays them out.
 
-A row of :mod:`repro.samples` is a token sequence with a loss mask (1 on tokens the model sampled), the sampling
+A row of :mod:`repro.train.samples` is a token sequence with a loss mask (1 on tokens the model sampled), the sampling
 logprobs, an advantage and a weight. verl's batch splits each sequence into a prompt, left-padded to one width, and
 a response, right-padded to another: the prompt is the row up to its first sampled token, the response everything
 after (in a prefix-merged row the later prompts' new tokens, the harness's observations, sit inside the response
@@ -32,7 +32,7 @@ import torch
 
 
 class RowLike(Protocol):
-    """What the conversion reads of a row (``repro.samples.build.Row`` has these)."""
+    """What the conversion reads of a row (``repro.train.samples.build.Row`` has these)."""
 
     rollout_id: str
     group_id: str

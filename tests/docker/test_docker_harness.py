@@ -89,7 +89,7 @@ def test_a_run_killed_with_sigkill_leaves_nothing_after_the_next_run(tmp_path: P
     build_task_images(engine, build_distribution(TaskDistributionConfig(split="test", n_tasks=8,
                                                                         families=["procedural"])),
                       RepoResolver(Path("repos")), log=lambda _: None)
-    proc = subprocess.Popen([sys.executable, "-m", "repro.cli.app", "run", *overrides], stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-m", "repro.cli.commands", "run", *overrides], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 240
     while len(_run_containers(engine, proc.pid)) < 3 and time.monotonic() < deadline and proc.poll() is None:
@@ -99,7 +99,7 @@ def test_a_run_killed_with_sigkill_leaves_nothing_after_the_next_run(tmp_path: P
     proc.wait()
     time.sleep(1)
     assert _run_containers(engine, proc.pid), "containers vanished without a sweep: the test shows nothing"
-    second = subprocess.run([sys.executable, "-m", "repro.cli.app", "run", *overrides[:-1], "tasks.n_tasks=1",
+    second = subprocess.run([sys.executable, "-m", "repro.cli.commands", "run", *overrides[:-1], "tasks.n_tasks=1",
                              f"run.output_root={tmp_path}/second"], capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "left by runs that are gone" in second.stdout

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from repro.cli.app import main
+from repro.cli.commands import main
 from tests.docker_support import docker_engine
 
 

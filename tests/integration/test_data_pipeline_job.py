@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.cli.app import main
+from repro.cli.commands import main
 from repro.tasks.loaders import load_tasks
 
 

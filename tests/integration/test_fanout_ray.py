@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.cli.app import main
+from repro.cli.commands import main
 from repro.evaluation import read_reports
 from repro.store import open_store
 

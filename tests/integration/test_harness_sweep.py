@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 def test_sweep_of_two_versions_by_two_distributions(tmp_path: Path) -> None:
     out, checkpoint = tmp_path / "outputs", tmp_path / "checkpoint"
-    build = subprocess.run([sys.executable, "-m", "repro.cli.app", "build-model", "--out", str(checkpoint),
+    build = subprocess.run([sys.executable, "-m", "repro.cli.commands", "build-model", "--out", str(checkpoint),
                             "--vocab-size", "512"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-2000:]
     proc = repro_cli("run", "-m", "experiment=harness_sweep", f"eval.checkpoint={checkpoint}",

@@ -31,7 +31,6 @@ from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
 from repro.recipe.setup import Setup
 from repro.rl.evaluator import EvalConfig
-from repro.samples import SampleConfig, build_rows
 from repro.sandbox.local import LocalSandboxConfig
 from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
@@ -39,6 +38,7 @@ from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
 from repro.tasks.sets import TaskFileConfig
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
+from repro.train.samples import SampleConfig, build_rows
 
 # OpenHands' first prompt is ~20.5k tokens of the tiny byte-level tokenizer: the model needs a longer context.
 MODEL = TinyModelConfig(vocab_size=1024, max_position_embeddings=65536)

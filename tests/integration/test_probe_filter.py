@@ -14,13 +14,13 @@ from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from harness_adapters.mini_swe_agent.pool import MiniSweAgentHarness
 from repro.common.files import weights_sha256
 from repro.evaluation.habits import slip_share
-from repro.expert.script import slipped
 from repro.proxy import ProxyConfig
 from repro.rl.task_probe import filter_rl_tasks
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
+from repro.tinymodel.expert import slipped
 from repro.tinymodel.model import TinyModelConfig
 from repro.tinymodel.recipe import build_recipe_model
 from repro.train.task_filter import ALL_FAIL, ALL_PASS, TaskFilterConfig

@@ -18,15 +18,15 @@ from transformers import AutoTokenizer
 
 from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from harness_adapters.mini_swe_agent.pool import MiniSweAgentHarness
-from repro.expert.script import tool_call_text
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
-from repro.rebuilt.fidelity import replay_rollout, summarize
-from repro.rebuilt.harness import RebuiltMiniSweAgentHarness
+from repro.rl.rebuilt.fidelity import replay_rollout, summarize
+from repro.rl.rebuilt.harness import RebuiltMiniSweAgentHarness
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
+from repro.tinymodel.expert import tool_call_text
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"

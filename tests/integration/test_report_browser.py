@@ -31,8 +31,8 @@ COMMON = ["experiment=eval_bundled", "tasks.n_tasks=2", "tasks.families=[procedu
 
 
 def _repro(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "repro.cli.app", *args], capture_output=True, text=True, timeout=900,
-                          cwd=REPO)
+    return subprocess.run([sys.executable, "-m", "repro.cli.commands", *args], capture_output=True, text=True,
+                          timeout=900, cwd=REPO)
 
 
 @pytest.fixture(scope="module")

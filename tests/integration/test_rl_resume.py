@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 def test_a_killed_rl_run_resumes_after_its_last_finished_step(tmp_path: Path) -> None:
     root = Path(__file__).parents[2]
     env = {**os.environ, "REPRO_CACHE_DIR": str(tmp_path / "cache")}
-    args = [sys.executable, "-m", "repro.cli.app", "run", "experiment=mini_repro", *SMALL, "warm_start.use_cache=true",
-            f"run.output_root={tmp_path}"]
+    args = [sys.executable, "-m", "repro.cli.commands", "run", "experiment=mini_repro", *SMALL,
+            "warm_start.use_cache=true", f"run.output_root={tmp_path}"]
     proc = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 900

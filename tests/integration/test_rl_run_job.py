@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.cli.app import main
+from repro.cli.commands import main
 from repro.report.before_after import run_markdown
 
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.e2e
 def test_sigterm_stops_every_process_the_run_started(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "repro.cli.app", "run", "experiment=eval_bundled", "tasks.n_tasks=40", "eval.k=2",
+    cmd = [sys.executable, "-m", "repro.cli.commands", "run", "experiment=eval_bundled", "tasks.n_tasks=40", "eval.k=2",
            f"run.output_root={tmp_path}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

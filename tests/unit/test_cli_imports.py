@@ -19,7 +19,7 @@ HEAVY = ("torch", "transformers", "swebench", "datasets", "trl", "vllm", "hydra"
 # proxy: once /health answers), as JSON on the last line of stdout.
 PROBE = """
 import json, os, sys, threading, time, urllib.request
-from repro.cli.app import main
+from repro.cli.commands import main
 
 def report():
     print(json.dumps(sorted(sys.modules)), flush=True)
@@ -60,7 +60,7 @@ def heavy(modules: set[str]) -> list[str]:
 @pytest.mark.parametrize("args", [["proxy", "--help"], ["--help"], ["run", "--help"], ["tasks", "list", "--help"]])
 def test_help_imports_no_heavy_module(args: list[str]) -> None:
     modules = imported_by(args)
-    assert "repro.cli.app" in modules and "argparse" in modules  # the probe saw the command run
+    assert "repro.cli.commands" in modules and "argparse" in modules  # the probe saw the command run
     assert heavy(modules) == []
     assert [m for m in modules if m.split(".")[0] == "numpy" or m.startswith("repro.store")] == []  # help: no store
 
@@ -79,9 +79,9 @@ def test_the_check_sees_a_heavy_import() -> None:
 
 
 def test_the_inspect_choices_import_neither_the_store_nor_numpy() -> None:
-    """The parser reads ``repro inspect``'s choices from repro.samples: that import stays free of the trace store
+    """The parser reads ``repro inspect``'s choices from repro.train.samples: that import stays free of the trace store
     (whose package imports numpy) and of rich."""
-    modules = imported_by([], "import json, sys\nfrom repro.samples import MODES, WEIGHTINGS, SampleConfig\n"
+    modules = imported_by([], "import json, sys\nfrom repro.train.samples import MODES, WEIGHTINGS, SampleConfig\n"
                               "print(json.dumps(sorted(sys.modules)))")
-    assert {"repro.samples.rows", "repro.samples.build"} <= modules
+    assert {"repro.train.samples.rows", "repro.train.samples.build"} <= modules
     assert [m for m in modules if m.split(".")[0] in ("numpy", "rich") or m.startswith("repro.store")] == []

@@ -138,7 +138,7 @@ def test_a_run_stopped_by_a_signal_says_so(tmp_path) -> None:
 
 
 def test_a_missing_mandatory_value_is_one_line_naming_it(tmp_path) -> None:
-    from repro.cli.app import main
+    from repro.cli.commands import main
 
     with pytest.raises(SystemExit, match=r"needs train_tasks\.source=\.\.\., val_tasks\.source=\.\.\."):
         main(["run", "experiment=agl_swebench_qwen35_9b", f"run.output_root={tmp_path}"])
@@ -150,7 +150,7 @@ def test_a_missing_mandatory_value_is_one_line_naming_it(tmp_path) -> None:
 
 
 def test_run_help_lists_every_experiment_and_every_group_with_its_options(capsys) -> None:
-    from repro.cli.app import main
+    from repro.cli.commands import main
     from repro.common.configs import CONFIG_DIR
 
     with pytest.raises(SystemExit) as exit_info:

@@ -15,7 +15,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from repro.cli.app import build_parser
+from repro.cli.commands import build_parser
 from repro.common.compose import compose_config
 
 ROOT = Path(__file__).parents[2]

@@ -14,15 +14,6 @@ import pytest
 from transformers import AutoTokenizer
 
 from repro.common.net import free_port
-from repro.expert.script import (
-    ExpertScript,
-    LineFix,
-    sed_command,
-    single_line_fix,
-    slip,
-    slipped,
-    tool_call_text,
-)
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.cpu_server import ServerConfig, create_app
 from repro.serving.engine import EngineConfig
@@ -31,6 +22,15 @@ from repro.tasks.blobs import buggy_files
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tasks.schema import Task
 from repro.testing import ServerThread
+from repro.tinymodel.expert import (
+    ExpertScript,
+    LineFix,
+    sed_command,
+    single_line_fix,
+    slip,
+    slipped,
+    tool_call_text,
+)
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 from repro.tinymodel.recipe import recipe_corpus
 from repro.tinymodel.vocab import SUBMIT_COMMAND, render_chat

@@ -11,7 +11,7 @@ import pytest
 
 from harness_adapters.registry import HARNESSES, harness_class
 from repro.protocols import Harness, HarnessBase, HarnessLimits, RemoteHarness, StreamingHarness
-from repro.rebuilt.harness import RebuiltMiniSweAgentHarness
+from repro.rl.rebuilt.harness import RebuiltMiniSweAgentHarness
 from repro.testing import FakeHarness, FakeStreamingHarness
 
 

@@ -129,7 +129,7 @@ def test_one_rollout_in_an_arm_store_and_an_instance_in_a_phase_folder(tmp_path:
 
 
 def test_the_command_line_passes_the_filters(tmp_path: Path, capsys) -> None:
-    from repro.cli.app import build_parser
+    from repro.cli.commands import build_parser
 
     run = _build_run(tmp_path)
     args = build_parser().parse_args(["inspect", str(run), "--phase", "rl", "--outcome", "resolved,unresolved",

@@ -19,10 +19,10 @@ PLUGIN = re.compile(r"^(repro(?:\.\w+)+):\w+$")  # "package.module:function", lo
 LAYERS: list[tuple[str, set[str]]] = [
     ("leaves", {"common", "execution", "conf"}),
     ("data", {"store", "tasks"}),
-    ("contracts and the recording path", {"protocols", "proxy", "samples"}),
+    ("contracts and the recording path", {"protocols", "proxy"}),
     ("harnesses and sandboxes", {"harness_adapters", "sandbox"}),
-    ("models", {"tinymodel", "serving", "expert", "testing"}),
-    ("evaluation and training", {"evaluation", "train", "rebuilt", "verl"}),
+    ("models", {"tinymodel", "serving", "testing"}),
+    ("evaluation and training", {"evaluation", "train", "verl"}),
     ("the loop", {"rl"}),
     ("the recipe's building blocks", {"recipe"}),
     ("experiments and tools", {"experiments", "report", "cli"}),
@@ -33,7 +33,7 @@ LAYER_OF = {package: i for i, (_, packages) in enumerate(LAYERS) for package in 
 
 def imported_modules(path: Path) -> set[str]:
     """Every module a file imports, at top level or inside functions (lazy imports count), and every module a string
-    constant names as a plugin (``"repro.expert:serving_script"``)."""
+    constant names as a plugin (``"repro.tinymodel.expert:serving_script"``)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -131,13 +131,13 @@ def test_every_import_goes_down_the_layers() -> None:
     ("harness_adapters", "repro.tinymodel"),
     ("harness_adapters", "repro.sandbox"),
     ("repro/serving", "repro.testing"),
-    ("repro/expert", "repro.serving"),
-    ("repro/tinymodel", "repro.expert"),
+    ("repro/tinymodel", "repro.serving"),  # the tiny model and the scripted expert (loaded by name) know no server
     ("repro/sandbox", "repro.evaluation"),
     ("repro/tasks", "repro.sandbox"),
     ("repro/execution", "repro.sandbox"),
     ("repro/execution", "repro.tasks"),
     ("repro/train", "repro.serving"),  # the update knows no server: weight sync is repro.serving.sync's
+    ("repro/train/samples", "repro.train.rl"),  # calls -> rows knows nothing of the update that uses them
     ("repro/rl", "repro.report"),  # the loop prints through repro.common.progress, never through the report tools
 ])
 def test_package_does_not_import(package: str, forbidden: str) -> None:
@@ -156,8 +156,9 @@ def test_only_tests_and_benchmarks_reach_the_fakes() -> None:
 def test_the_checker_sees_lazy_imports_plugins_and_cycles(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from repro.serving.stack import Stack\n    import repro.serving.engine\n"
-                      "PLUGIN = 'repro.expert:serving_script'\n")
-    assert imported_modules(module) == {"repro.serving.stack.Stack", "repro.serving.engine", "repro.expert"}
+                      "PLUGIN = 'repro.tinymodel.expert:serving_script'\n")
+    assert imported_modules(module) == {"repro.serving.stack.Stack", "repro.serving.engine",
+                                         "repro.tinymodel.expert"}
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
     assert list(offenders({"repro.store.x": {"repro.rl.trainer"}}))  # an import up the layers is named

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.cli.app import main
+from repro.cli.commands import main
 from repro.verl.memory_plan import (
     GIB,
     LAYOUTS,

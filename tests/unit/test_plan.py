@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from repro.cli.app import main
+from repro.cli.commands import main
 from repro.cli.plan import RolloutShape, Schedule, Throughput, estimate, schedule_of
 from repro.cli.runner import compose_config
 

@@ -222,7 +222,7 @@ def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_build_model_command_prints_the_cached_folder_or_names_the_extra(
         built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from repro.cli.app import main
+    from repro.cli.commands import main
 
     main(["build-model", "--tokenizer", "qwen3"])
     assert capsys.readouterr().out.strip() == str(built)
@@ -287,8 +287,8 @@ def test_token_conversation_extends_ids_where_qwen3_rerenders_the_last_reply(hf:
     """Qwen3 renders a final reply with an empty think block and drops it once a tool result follows, so the
     conversation's text is not a prefix of the next render; the rebuilt loop's token-in/token-out state keeps the
     sampled ids and appends the tool result as the template writes it, which here is the server's own render."""
-    from repro.expert.script import tool_call_text
-    from repro.rebuilt.conversation import TokenConversation
+    from repro.rl.rebuilt.conversation import TokenConversation
+    from repro.tinymodel.expert import tool_call_text
 
     conv = TokenConversation(hf, TOOLS, CONVERSATION[:2])
     first = conv.prompt_ids()

@@ -9,11 +9,11 @@ import pytest
 from transformers import AutoTokenizer
 
 from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
-from repro.expert.script import tool_call_text
-from repro.rebuilt.conversation import TokenConversation
-from repro.rebuilt.fidelity import RolloutFidelity, compare, summarize
-from repro.rebuilt.harness import LoopConfig, loop_spec
-from repro.rebuilt.mini_swe_agent import Completion, LoopSpec, RebuiltLoop
+from repro.rl.rebuilt.conversation import TokenConversation
+from repro.rl.rebuilt.fidelity import RolloutFidelity, compare, summarize
+from repro.rl.rebuilt.harness import LoopConfig, loop_spec
+from repro.rl.rebuilt.mini_swe_agent import Completion, LoopSpec, RebuiltLoop
+from repro.tinymodel.expert import tool_call_text
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
 FIRST = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix x.py"}]

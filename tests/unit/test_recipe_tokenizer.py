@@ -14,9 +14,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from harness_adapters.template_texts import fixed_template_texts, template_literals
-from repro.expert.script import ExpertScript, single_line_fix, tool_call_text
 from repro.serving.tool_parser import parse_tool_calls
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
+from repro.tinymodel.expert import ExpertScript, single_line_fix, tool_call_text
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model, config_dict
 from repro.tinymodel.recipe import recipe_corpus, resolve_model_config
 from repro.tinymodel.vocab import (

@@ -135,7 +135,7 @@ def test_runs_whose_fingerprints_differ_are_not_compared(tmp_path: Path, capsys:
     assert 'id="refused"' in page and "sampling.temperature" in page and "Comparison" not in page
     assert "repro report: refusing to compare" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # the command fails after writing the page
-        from repro.cli.app import main
+        from repro.cli.commands import main
 
         main(["report", str(a), str(b), "--out", str(tmp_path / "cli")])
     assert (tmp_path / "cli" / "index.html").exists()

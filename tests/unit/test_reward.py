@@ -62,7 +62,7 @@ def test_a_solved_rollout_pays_both_penalties() -> None:
 
 @given(lengths=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 200_000)), min_size=2, max_size=8))
 def test_an_all_fail_group_has_equal_rewards_and_zero_advantages(lengths: list[tuple[int, int]]) -> None:
-    from repro.samples import group_advantages
+    from repro.train.samples import group_advantages
 
     rewards = [shaped_reward(TASK, "unresolved", statuses(bug="FAILED"), calls, prompt, AGL)[0]
                for calls, prompt in lengths]

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro.cli.app import main
+from repro.cli.commands import main
 from repro.report.inspect import inspect_path
-from repro.samples import SampleConfig, build_rows, build_sample_set, group_advantages
 from repro.store import CallRecord, GroupCommitWriter, RolloutRecord, TraceStoreConfig, open_store
+from repro.train.samples import SampleConfig, build_rows, build_sample_set, group_advantages
 from tests.support import rollout_calls
 
 EPS = 1e-4

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro.samples import SampleConfig, build_sample_set, group_advantages
-from repro.samples.rows import Fragment, capped, prompt_length
 from repro.store import CallRecord, RolloutRecord
+from repro.train.samples import SampleConfig, build_sample_set, group_advantages
+from repro.train.samples.rows import Fragment, capped, prompt_length
 
 
 def call(rollout_id: str, seq: int, prompt: list[int], completion: list[int]) -> CallRecord:

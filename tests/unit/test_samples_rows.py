@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro.samples import SampleConfig, fragments
 from repro.store import CallRecord
+from repro.train.samples import SampleConfig, fragments
 from tests.support import Drawn, rollout_calls
 
 

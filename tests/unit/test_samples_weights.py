@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro.samples import SampleConfig, build_sample_set, row_weights
 from repro.store import CallRecord, RolloutRecord
+from repro.train.samples import SampleConfig, build_sample_set, row_weights
 from tests.support import Drawn, rollout_calls
 
 

@@ -164,7 +164,7 @@ def test_random_init_and_warm_started_runs_of_a_harness_each_keep_their_row() ->
 
 
 def test_a_replay_the_loop_cannot_continue_counts_the_rest_as_divergent(monkeypatch: pytest.MonkeyPatch) -> None:
-    from repro.rebuilt import fidelity
+    from repro.rl.rebuilt import fidelity
 
     class StopsAfterOneCall:  # like a chat template that re-renders earlier turns (TokenConversation refuses)
         def __init__(self, spec: object, tokenizer: object, model: fidelity.ReplayModel, workdir: object) -> None:

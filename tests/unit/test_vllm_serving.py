@@ -102,7 +102,7 @@ def test_weight_sync_goes_by_the_kind_of_server(tmp_path: Path, monkeypatch: pyt
 
 
 def test_run_cfg_job_prints_the_composed_config_and_runs_nothing(tmp_path: Path, capsys) -> None:
-    from repro.cli.app import main
+    from repro.cli.commands import main
 
     main(["run", "--cfg", "job", "experiment=eval_bundled", "serving=vllm", f"run.output_root={tmp_path}"])
     printed = capsys.readouterr().out
@@ -130,7 +130,7 @@ def test_the_server_runs_from_the_named_environment_and_a_missing_vllm_there_is_
 
 
 def test_a_run_naming_an_interpreter_without_vllm_is_one_error_line(tmp_path: Path) -> None:
-    from repro.cli.app import main
+    from repro.cli.commands import main
 
     with pytest.raises(SystemExit, match=r"^error: serving.python=/nonexistent/python has no vLLM") as exc:
         main(["run", "experiment=eval_bundled", "serving=vllm", "serving.python=/nonexistent/python",

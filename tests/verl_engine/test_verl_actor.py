@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from repro.cli.app import main as repro_main
+from repro.cli.commands import main as repro_main
 from repro.train.objective import pad_rows, token_logprobs
 from repro.verl.batch import rows_to_json
 from tests.support import recorded_rows

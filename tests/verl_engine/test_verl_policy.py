@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from repro.cli.app import main as repro_main
+from repro.cli.commands import main as repro_main
 from repro.train.config import UpdateConfig
 from repro.train.objective import token_logprobs
 from repro.train.rl import PolicyTrainer

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.cli.app import main
+from repro.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,13 +25,13 @@ import psutil
 
 from repro.common.accounting import Accountant
 from repro.evaluation import pass_at_1, write_metrics
-from repro.rebuilt.harness import LoopConfig
 from repro.recipe.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature
 from repro.report.engines_table import engines_markdown
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
 from repro.rl.evaluator import Evaluator
 from repro.rl.loop import RLLoop
+from repro.rl.rebuilt.harness import LoopConfig
 from repro.rl.rollouts import GradeCache
 from repro.serving.stack import VllmServingConfig, running_stack
 

@@ -21,10 +21,10 @@ def advantages(rewards: list[float | None]) -> list[float]:
 
 
 def training_rows(rows: list[Any], advs: list[float], max_len: int) -> list[Any]:
-    """Recorded calls as the trainer's rows (``repro.samples.Row``): prompt + completion (the completion's head and
-    the prompt's tail within ``max_len``), loss on the completion, the server's logprobs as the sampling logprobs;
+    """Recorded calls as the trainer's rows (``repro.train.samples.Row``): prompt + completion (the completion's head
+    and the prompt's tail within ``max_len``), loss on the completion, the server's logprobs as the sampling logprobs;
     rows lacking a logprob for a token are left out."""
-    from repro.samples import Row
+    from repro.train.samples import Row
 
     out = []
     for index, (row, adv) in enumerate(zip(rows, advs, strict=True)):

@@ -3,7 +3,7 @@ weights -> GRPO advantages, and :class:`SampleConfig`), ``build`` (``build_rows`
 store, and the inspect view). Neither imports the store or numpy at import time: the CLI's parser reads
 ``MODES``, ``WEIGHTINGS`` and the :class:`SampleConfig` defaults."""
 
-from repro.samples.build import (
+from repro.train.samples.build import (
     RolloutSamples,
     Row,
     SampleSet,
@@ -13,7 +13,7 @@ from repro.samples.build import (
     rollout_samples,
     rows_view,
 )
-from repro.samples.rows import (
+from repro.train.samples.rows import (
     MODES,
     SCALES,
     WEIGHTINGS,

@@ -1,4 +1,4 @@
-"""Stored rollouts -> training rows (:mod:`repro.samples.rows` applied per rollout and group), and the
+"""Stored rollouts -> training rows (:mod:`repro.train.samples.rows` applied per rollout and group), and the
 ``repro inspect RUN ROLLOUT`` view of how a rollout's calls became rows ("calls -> rows").
 
 Use in the loss: per row, the token mean of the per-token loss over ``loss_mask``; times ``weight``; summed
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from repro.samples.rows import (
+from repro.train.samples.rows import (
     Fragment,
     SampleConfig,
     SkippedCall,

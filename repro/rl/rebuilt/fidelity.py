@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from repro.protocols import command_env
-from repro.rebuilt.mini_swe_agent import Completion, LoopExit, LoopSpec, RebuiltLoop
+from repro.rl.rebuilt.mini_swe_agent import Completion, LoopExit, LoopSpec, RebuiltLoop
 
 EXCERPT_CHARS = 80
 

@@ -45,7 +45,7 @@ def _table(args: argparse.Namespace) -> None:
 def _inspect(args: argparse.Namespace) -> None:
     from repro.report.inspect import inspect_path
     from repro.report.run_view import Selection
-    from repro.samples import SampleConfig
+    from repro.train.samples import SampleConfig
 
     selection = Selection(tuple(args.phase or ()), tuple(args.outcome or ()), args.limit)
     inspect_path(Path(args.path), args.rollout, SampleConfig(mode=args.samples_mode, weighting=args.weighting),
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--outcome", action="append", help="list only these outcomes: resolved, unresolved, "
                          "infra-failure, not-graded, no-report; repeat or comma-separate")
     inspect.add_argument("--limit", type=int, default=20, help="rows per table (0: all; default 20)")
-    from repro.samples import MODES, WEIGHTINGS, SampleConfig
+    from repro.train.samples import MODES, WEIGHTINGS, SampleConfig
 
     inspect.add_argument("--samples-mode", choices=MODES, default=SampleConfig.mode,
                          help="how a rollout's calls become training rows (shown for one rollout)")

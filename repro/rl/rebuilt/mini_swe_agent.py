@@ -14,7 +14,7 @@ harness is given) and follows 2.4.6's control flow, read from its ``DefaultAgent
 
 What differs from the real harness is the point of the baseline: prompts are the loop's own token ids (what the
 model sampled, plus the template's text for each new message) instead of the server re-rendering the messages.
-:mod:`repro.rebuilt.fidelity` measures where that makes the prompts differ.
+:mod:`repro.rl.rebuilt.fidelity` measures where that makes the prompts differ.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 from jinja2 import StrictUndefined, Template
 
-from repro.rebuilt.conversation import TokenConversation
+from repro.rl.rebuilt.conversation import TokenConversation
 from repro.serving.tool_parser import parse_tool_calls
 
 WRITTEN_FOR = "2.4.6"

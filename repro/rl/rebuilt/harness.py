@@ -25,7 +25,7 @@ from harness_adapters.mini_swe_agent.adapter import (
 )
 from harness_adapters.processes import stream_in_threads
 from repro.protocols import HarnessLimits, HarnessResult, HarnessRollout
-from repro.rebuilt.mini_swe_agent import WRITTEN_FOR, CompletionClient, LoopSpec, RebuiltLoop
+from repro.rl.rebuilt.mini_swe_agent import WRITTEN_FOR, CompletionClient, LoopSpec, RebuiltLoop
 
 TRAJECTORY_NAME = "rebuilt.traj.json"
 LOOP_KINDS = ("proxy", "rebuilt")

@@ -30,6 +30,7 @@ import logging
 import re
 import shlex
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -322,3 +323,12 @@ class ExpertScript:
         if command == SUBMIT_COMMAND and not submits_by_sentinel(prompt):
             return end_of_turn(tools)
         return tool_call_text(command, *shell_tool(tools))
+
+
+def serving_script(tasks_jsonl: Path, slip_rate: float = 0.0, slip_seed: int = 0,
+                   slip_operators: tuple[str, ...] = ()) -> Callable[[str], str]:
+    """The expert's completions (decoded prompt -> text) for the tasks of a JSONL file: what the CPU server's scripted
+    engine answers with under ``--expert-tasks`` (it loads this function by name, ``EXPERT_SCRIPT``)."""
+    script = ExpertScript.from_jsonl(Path(tasks_jsonl), slip_rate, slip_seed, slip_operators)
+    log.info("expert: %d tasks, %d with a one-line fix", len(script.commands), script.n_scripted)
+    return script.completion
