@@ -67,8 +67,8 @@ def test_loop_comparison_runs_both_arms_and_the_fidelity_replays(tmp_path: Path)
     if TENSORBOARD:  # the warm start's SFT through trl's report_to
         assert _scalars(run_dir / "tracking" / "tensorboard" / f"sft-{run_dir.name}", "train/train_loss")
     phases = {(e.phase, e.mode) for e in index_run(run_dir)}  # what `repro inspect RUN` summarises
-    assert {("demos", "demo"), ("eval_before", "eval"), ("proxy/rl", "train"), ("rl/rebuilt/rl", "train"),
-            ("proxy/eval_after", "eval"), ("rl/rebuilt/eval_after", "eval")} <= phases
+    assert {("demos", "demo"), ("eval_before", "eval"), ("proxy/rl", "train"), ("rebuilt/rl", "train"),
+            ("proxy/eval_after", "eval"), ("rebuilt/eval_after", "eval")} <= phases
     table = repro_cli("table", "--outputs", str(tmp_path), "--results", str(tmp_path / "results"), cwd=tmp_path)
     assert table.returncode == 0, table.stderr[-2000:]
     text = (tmp_path / "results" / "loop_comparison.md").read_text()
