@@ -113,7 +113,11 @@ def tally(samples: Iterable[SampleLike]) -> dict[str, TaskTally]:
 def pass_at_1(samples: Iterable[SampleLike]) -> float:
     """The published Pass@1: the mean over tasks with a valid sample of each task's resolved share of its valid
     samples (infrastructure failures left out); 0.0 when no sample is valid."""
-    scores = [t.score for t in tally(samples).values() if t.valid]
+    return _mean_score(tally(samples))
+
+
+def _mean_score(tallies: dict[str, TaskTally]) -> float:
+    scores = [t.score for t in tallies.values() if t.valid]
     return float(np.mean(scores)) if scores else 0.0
 
 
@@ -147,11 +151,10 @@ def summarize(samples: Iterable[SampleLike], k_values: Iterable[int] = (1,),
               config: MetricsConfig | None = None) -> Summary:
     """Pass@1 (default and strict), its intervals and pass@k for each k, under the infrastructure rule."""
     config = config or MetricsConfig()
-    samples_list = list(samples)
-    tallies = tally(samples_list)
+    tallies = tally(samples)
     included = [t for t in tallies.values() if t.valid]
     scores = [t.score for t in included]
-    pass1 = pass_at_1(samples_list)
+    pass1 = _mean_score(tallies)
     strict = float(np.mean([t.strict_score for t in tallies.values()])) if tallies else 0.0
     at_k, at_k_tasks = {}, {}
     for k in sorted(set(k_values)):

@@ -137,11 +137,11 @@ class Evaluator:
         self.ran = 0  # samples the last evaluate() ran (the others were finished before)
 
     def spec_for(self, tasks: list[Task]) -> EvalSpec:
-        """The frozen spec: the one given, or the one of these tasks (frozen on first use)."""
-        if self.spec is None:
-            self.spec = build_spec(self.harness, self.task_set, tasks, self.sandbox, self.cfg, None,
-                                   self.server.served_model_name)
-        return self.spec
+        """The frozen spec: the one given, else the one of these tasks (so each task set gets its own)."""
+        if self.spec is not None:
+            return self.spec
+        return build_spec(self.harness, self.task_set, tasks, self.sandbox, self.cfg, None,
+                          self.server.served_model_name)
 
     def evaluate(self, tasks: list[Task], phase_dir: Path, label: str = "policy") -> EvalResult:
         """Run the pending samples of ``phase_dir``; every report of the phase (``label`` names the model in

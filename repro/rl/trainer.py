@@ -56,8 +56,8 @@ class RLTrainer:
         self.serving, self.proxy = serving or CpuServingConfig(), proxy or ProxyConfig(port=0)
         self.output_dir = Path(output_dir)
         self.reward_fn, self.callbacks = reward_fn, tuple(callbacks)
-        self._own_sandbox = sandbox is None
-        self.sandbox: Sandbox = sandbox if sandbox is not None else LocalSandbox()
+        self._own_sandbox = LocalSandbox() if sandbox is None else None  # closed by close(); one passed stays yours
+        self.sandbox: Sandbox = sandbox if sandbox is not None else self._own_sandbox
         self.steps: list[StepRecord] = []
         self.policy_dir: Path | None = None  # the trained policy, after fit
 
@@ -88,8 +88,8 @@ class RLTrainer:
 
     def close(self) -> None:
         """Close the sandbox the trainer made (one you passed stays yours)."""
-        if self._own_sandbox and isinstance(self.sandbox, LocalSandbox):
-            self.sandbox.close()
+        if self._own_sandbox is not None:
+            self._own_sandbox.close()
 
     def __enter__(self) -> Self:
         return self
