@@ -55,14 +55,12 @@ from typing import Any
 
 from harness_adapters.isolation import check_isolation, resolve_isolation, rollout_jail
 from harness_adapters.opencode_env import OpenCodeEnv, ensure_opencode_env
+from harness_adapters.opencode_outcome import SESSION_NAME, classify, classify_served, parse_events
+from harness_adapters.opencode_serve import OpenCodeServer, ServerPool
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import (
     DUMMY_API_KEY,
-    TAIL_CHARS,
-    ProcessOutcome,
-    last_line,
     run_in_session,
-    tail,
 )
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.proxy.routes import purpose_base_url
@@ -77,8 +75,8 @@ AUX_PROVIDER = "repro-aux"
 SUMMARY_PROVIDER = "repro-summary"
 PROVIDER_NPM = "@ai-sdk/openai-compatible"
 CONFIG_NAME = "opencode.json"
+LAUNCHERS = ("run", "serve")
 RESULT_NAME = "harness_run.json"
-SESSION_NAME = "session.json"
 PASSTHROUGH_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
 DISABLED = {  # env flags of 1.18.33 (names read from its binary): no calls out, nothing picked up from the machine
     "OPENCODE_DISABLE_MODELS_FETCH": "1",
@@ -92,7 +90,7 @@ DISABLED = {  # env flags of 1.18.33 (names read from its binary): no calls out,
 
 @dataclass(frozen=True)
 class OpenCodeConfig:
-    """OpenCode settings that stay fixed across rollouts (all part of the harness identity).
+    """OpenCode settings that stay fixed across rollouts (part of the harness identity, except ``launcher``).
 
     ``model_name``: the model id OpenCode is given (it picks OpenCode's system prompt and is sent as ``model``;
     None = the rollout's served model name). ``step_limit``: the agent's ``steps`` (0 = OpenCode's default, none).
@@ -100,7 +98,9 @@ class OpenCodeConfig:
     threshold). ``wall_time_limit_s`` is not an OpenCode setting: it is the evaluation's time limit (0 = default).
     ``train_title`` / ``train_compaction``: send the title request / the compaction summary to the policy route
     (default: recorded as ``auxiliary`` / ``summary``, not trained on). ``extra_config`` is merged last into
-    ``opencode.json``."""
+    ``opencode.json``. ``launcher``: ``run`` (one ``opencode run`` a rollout, jailed or not) or ``serve`` (one
+    ``opencode serve`` per concurrent rollout, a session a rollout: :mod:`harness_adapters.opencode_serve`;
+    ``isolation=none`` only); the model sees the same either way."""
 
     version: str = DEFAULT_VERSION
     model_name: str | None = None
@@ -118,11 +118,14 @@ class OpenCodeConfig:
     export_session: bool = True
     extra_config: dict[str, Any] = field(default_factory=dict)
     isolation: str = "auto"  # auto | jail | none: each rollout in a jail (harness_adapters.isolation)
+    launcher: str = "run"  # run: one `opencode run` a rollout; serve: one `opencode serve` a slot (not identity)
 
     def __post_init__(self) -> None:
         if self.step_limit < 0 or self.context_limit < 1 or self.output_limit < 1:
             raise ValueError("step_limit must be >= 0, context_limit and output_limit >= 1")
         check_isolation(self.isolation)
+        if self.launcher not in LAUNCHERS:
+            raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}")
 
 
 def route_urls(base_url: str) -> dict[str, str]:
@@ -168,6 +171,11 @@ def build_command(env: OpenCodeEnv, model: str, agent: str) -> list[str]:
             "--print-logs", "--log-level", "INFO"]
 
 
+def serve_command(env: OpenCodeEnv) -> list[str]:
+    """``opencode serve`` with the logs ``opencode run`` prints (the port and host are added at start)."""
+    return [str(env.binary), "serve", "--print-logs", "--log-level", "INFO"]
+
+
 def build_process_env(env: OpenCodeEnv, cfg: OpenCodeConfig, home: Path, config_path: Path) -> dict[str, str]:
     """A clean environment: locale from the parent, ripgrep first on PATH, isolated HOME/XDG dirs, no secrets."""
     proc_env = {key: os.environ[key] for key in PASSTHROUGH_ENV if key in os.environ}
@@ -198,18 +206,6 @@ def prepare_home(env: OpenCodeEnv, home: Path) -> None:
         link.symlink_to(env.config_deps / "node_modules", target_is_directory=True)
 
 
-def parse_events(text: str) -> list[dict[str, Any]]:
-    """The JSON events of ``opencode run --format json`` (stdout); other lines are skipped."""
-    events = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
-    return events
-
-
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in extra.items():
@@ -232,13 +228,37 @@ class OpenCodeHarness(PerRolloutHarness):
     name = NAME
     thread_prefix = "opencode"
     cfg: OpenCodeConfig
+    _servers: ServerPool | None = None
 
     def __init__(self, cfg: OpenCodeConfig | None = None, workers: int = 1, *, env: OpenCodeEnv | None = None,
                  state_dir: Path | None = None) -> None:
         self.cfg = cfg or OpenCodeConfig()
         self._env = env or ensure_opencode_env(self.cfg.version)
         self.version = self.cfg.version
-        self._identity = self._build_identity(self.use_state_dir(state_dir, "repro-opencode-"))
+        state = self.use_state_dir(state_dir, "repro-opencode-")
+        self._identity = self._build_identity(state)
+        self._servers = self._server_pool(state) if self.cfg.launcher == "serve" else None
+
+    def _server_pool(self, state: Path) -> ServerPool:
+        """The ``opencode serve`` pool (``launcher=serve``): refused when rollouts would be jailed."""
+        if self._identity["settings"]["isolation"] != "none":
+            raise ValueError("harness.launcher=serve runs every rollout's tools inside one shared OpenCode server, "
+                             "which cannot be jailed per rollout: set harness.isolation=none (the agent can then "
+                             "read this machine's files) or keep harness.launcher=run")
+
+        def make(i: int) -> OpenCodeServer:
+            folder = state / f"serve-{i}"
+            prepare_home(self._env, folder / "home")
+            config_path = folder / CONFIG_NAME
+            return OpenCodeServer(serve_command(self._env), build_process_env(self._env, self.cfg, folder / "home",
+                                                                              config_path), folder, config_path)
+        return ServerPool(make)
+
+    def close(self) -> None:
+        """Stop the servers (``launcher=serve``), then drop the state dir if it was temporary."""
+        if self._servers is not None:
+            self._servers.close()
+        super().close()
 
     def identity(self) -> dict[str, Any]:
         """Name, version, hashes of the generated config (rollout URLs as placeholders), packages, settings."""
@@ -266,14 +286,20 @@ class OpenCodeHarness(PerRolloutHarness):
                 "packages": self._env.packages(), "settings": settings}
 
     def run_one(self, rollout: HarnessRollout) -> HarnessResult:
-        """One ``opencode run`` for ``rollout`` (then ``opencode export``); its record in ``output_dir``."""
+        """One rollout: ``opencode run`` (then ``opencode export``), or a session on a server of the pool; its record
+        in ``output_dir``."""
         workdir, out = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
         model = self.cfg.model_name or rollout.model_name
-        home, config_path, task_path = out / "home", out / "config" / CONFIG_NAME, out / "task.txt"
+        config = _json_bytes(opencode_config(self.cfg, model, route_urls(rollout.base_url)))
+        config_path = out / "config" / CONFIG_NAME
         config_path.parent.mkdir(parents=True, exist_ok=True)
+        config_path.write_bytes(config)
+        if self._servers is not None:
+            result = self._run_served(rollout, workdir, out, model, config)
+            self.write_record(out / RESULT_NAME, result, [*serve_command(self._env), "(session)"])
+            return result
+        home, task_path = out / "home", out / "task.txt"
         prepare_home(self._env, home)
-        config = opencode_config(self.cfg, model, route_urls(rollout.base_url))
-        config_path.write_bytes(_json_bytes(config))
         task_path.write_text(rollout.task.problem_statement, encoding="utf-8")
         cmd = build_command(self._env, model, self.cfg.agent)
         proc_env = build_process_env(self._env, self.cfg, home, config_path)
@@ -286,7 +312,23 @@ class OpenCodeHarness(PerRolloutHarness):
             events = parse_events((out / "stdout.log").read_text(encoding="utf-8", errors="replace"))
             session = self._export(events, workdir, proc_env, out) if self.cfg.export_session else None
             result = classify(rollout, outcome, events, out, session)
+        result.info["launcher"] = "run"
         self.write_record(out / RESULT_NAME, result, cmd)
+        return result
+
+    def _run_served(self, rollout: HarnessRollout, workdir: Path, out: Path, model: str,
+                    config: bytes) -> HarnessResult:
+        """The rollout as a session of an ``opencode serve`` of the pool (:mod:`harness_adapters.opencode_serve`)."""
+        assert self._servers is not None
+        try:
+            with self._servers.server() as server:
+                served = server.run(workdir, config, rollout.task.problem_statement, self.cfg.agent,
+                                    {"providerID": PROVIDER, "modelID": model}, rollout.timeout_s)
+        except OSError as exc:
+            return HarnessResult(rollout.rollout_id, "crashed", reason=f"could not start opencode serve: {exc}",
+                                 info={"launcher": "serve"})
+        result = classify_served(rollout, served, out)
+        result.info["launcher"] = "serve"
         return result
 
     def _export(self, events: list[dict[str, Any]], workdir: Path, proc_env: dict[str, str],
@@ -307,38 +349,3 @@ class OpenCodeHarness(PerRolloutHarness):
             return None
         path.write_text(text[start:], encoding="utf-8")
         return path
-
-
-def classify(rollout: HarnessRollout, outcome: ProcessOutcome, events: list[dict[str, Any]], out: Path,
-             session: Path | None) -> HarnessResult:
-    """The contract's result from the exit and the event stream: finished iff exit 0, a step ran and no error."""
-    steps = [e for e in events if e.get("type") == "step_start"]
-    finishes = [e.get("part", {}).get("reason", "") for e in events if e.get("type") == "step_finish"]
-    errors = [e for e in events if e.get("type") == "error"]
-    exit_status = "error" if errors else (finishes[-1] if finishes else "")
-    if outcome.timed_out:
-        status, reason = "timeout", f"killed after {rollout.timeout_s:g} s"
-    elif errors:
-        status, reason = "crashed", f"exit code {outcome.exit_code}, error event: {_error_text(errors[-1])}"
-    elif outcome.exit_code != 0:
-        status, reason = "crashed", f"exit code {outcome.exit_code}: {last_line(tail(out / 'stderr.log'))}"
-    elif not steps:
-        status, reason = "crashed", "exit code 0 but no step ran"
-    else:
-        status, reason = "finished", exit_status
-    return HarnessResult(
-        rollout_id=rollout.rollout_id, status=status, reason=reason, exit_status=exit_status,
-        n_model_calls=len(steps), duration_s=round(outcome.duration_s, 3),
-        trajectory_path=str(session) if session else None,
-        info={"cpu_s": round(outcome.cpu_s, 3), "exit_code": outcome.exit_code,
-              "session_id": next((e["sessionID"] for e in events if e.get("sessionID")), None),
-              "n_steps": len(steps), "finish_reasons": finishes, "events_log": str(out / "stdout.log"),
-              "stderr_log": str(out / "stderr.log"), "stderr_tail": tail(out / "stderr.log", TAIL_CHARS // 4)},
-    )
-
-
-def _error_text(event: dict[str, Any]) -> str:
-    error = event.get("error") or {}
-    data = error.get("data") if isinstance(error, dict) else None
-    message = (data or {}).get("message") if isinstance(data, dict) else None
-    return str(message or error)[:500]

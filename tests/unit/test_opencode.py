@@ -66,6 +66,11 @@ emit("step_finish", part={"type": "step-finish", "reason": "stop"})
 
 @pytest.fixture
 def fake_env(tmp_path: Path) -> OpenCodeEnv:
+    return make_fake_env(tmp_path)
+
+
+def make_fake_env(tmp_path: Path) -> OpenCodeEnv:
+    """An installed-looking OpenCode env whose binary is FAKE_OPENCODE."""
     root = tmp_path / "env"
     env = OpenCodeEnv("1.18.33", root)
     env.binary.parent.mkdir(parents=True)
