@@ -1,4 +1,4 @@
-"""The scripted expert: its completion is the gold one-line fix as one ``bash`` tool call, or as one ```` ```bash ````
+"""The scripted expert: its completion is the gold one-line fix as one shell tool call, or as one ```` ```bash ````
 block when the prompt offers no tools (a text-mode harness) (served by :class:`repro.serving.scripted.ScriptedEngine`).
 
 ``sed -i 's|OLD|NEW|' FILE && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (``Ns|OLD|NEW|`` when OLD is not
@@ -11,10 +11,15 @@ On a ``locate`` task (its statement names the faulty line by its first words onl
 ``python -c 'from m import f; assert CALL == EXPECTED' && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (check the
 statement's example and submit); a prompt that already holds a step's command gets the next one.
 
-In a tool-calling harness it calls the shell tool the prompt offers (``bash``, or OpenHands' ``terminal``), with
-any other required argument filled in. Once its commands were issued, a harness that is not told to submit with
-the ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` sentinel (OpenCode, OpenHands) gets the end of the turn instead:
-a ``finish`` tool call where one is offered, else a plain reply without a tool call.
+In a tool-calling harness it calls the shell tool the prompt offers, each in its own argument shape
+(:data:`SHELL_TOOLS`): ``bash`` {command} (mini-SWE-agent 2.x, OpenCode), ``terminal`` {command} (OpenHands),
+``Bash`` {command} (Claude Code), ``run_shell_command`` {command} (Qwen Code), ``exec_command`` {cmd} (Codex CLI),
+or ``shell`` {command: ["bash", "-lc", COMMAND]} (an argv: Codex's older shell tool; 0.169.0 does not offer it),
+with any other required argument filled in. A step counts as issued when its command is in the prompt
+JSON-escaped, which holds for a string argument and for an argv's last element alike. Once its commands were
+issued, a harness that is not told to submit with the ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` sentinel
+(OpenCode, OpenHands, the three CLIs) gets the end of the turn instead: a ``finish`` tool call where one is offered
+(OpenHands), else a plain reply without a tool call, which ends a CLI's run (its exit 0).
 
 A request's task is found by its problem statement, which the harness quotes verbatim: each task is indexed by
 the statement line (after the first) that the fewest tasks share; a hit is confirmed when the whole statement
@@ -43,7 +48,12 @@ log = logging.getLogger(__name__)
 
 TOOLS_OFFERED = "<tools>"  # the chat templates list offered tools inside <tools></tools>, one JSON a line
 TOOLS_END = "</tools>"
-SHELL_TOOLS = ("bash", "terminal", "execute_bash")  # mini-SWE-agent 2.x and OpenCode: bash; OpenHands: terminal
+# Each harness's shell tool -> the argument that takes the command, in order of preference: mini-SWE-agent 2.x and
+# OpenCode: bash; OpenHands: terminal; Claude Code: Bash; Qwen Code: run_shell_command; Codex: exec_command (cmd), or
+# an older Codex's shell, whose command is an argv (an array-typed argument gets ``bash -lc COMMAND``).
+SHELL_TOOLS = {"bash": "command", "terminal": "command", "execute_bash": "command", "Bash": "command",
+               "run_shell_command": "command", "exec_command": "cmd", "shell": "command"}
+ARGV_SHELL = ("bash", "-lc")
 FINISH_TOOL = "finish"
 DONE_REPLY = "Done."
 SUBMIT_SENTINEL = SUBMIT_COMMAND.removeprefix("echo ")
@@ -143,10 +153,10 @@ def command_path(path: str) -> str:
     return path if path.startswith(("/", "./", "../")) else f"./{path}"
 
 
-def tool_call_text(command: str, tool: str = "bash", extra: dict[str, Any] | None = None) -> str:
-    """The completion that calls the shell tool ``tool`` with ``command`` (plus ``extra`` arguments), as the chat
-    templates re-render a tool call."""
-    return call_text(tool, {"command": command, **(extra or {})})
+def tool_call_text(command: str) -> str:
+    """The completion that calls the ``bash`` tool with ``command`` (what a prompt that lists no shell tool gets), as
+    the chat templates re-render a tool call."""
+    return call_text(*shell_call([], command))
 
 
 def call_text(name: str, arguments: dict[str, Any]) -> str:
@@ -188,11 +198,17 @@ def required_arguments(tool: dict[str, Any], given: tuple[str, ...]) -> dict[str
     return filled
 
 
-def shell_tool(tools: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """The offered shell tool's name and the other arguments it requires (``bash`` when none is listed)."""
+def shell_call(tools: list[dict[str, Any]], command: str) -> tuple[str, dict[str, Any]]:
+    """The offered shell tool's name (``bash`` when none is listed) and its arguments: ``command`` under the tool's
+    command argument (as ``bash -lc COMMAND`` where that argument is an array), then the other required ones."""
     by_name = {t.get("name"): t for t in tools}
     name = next((n for n in SHELL_TOOLS if n in by_name), "bash")
-    return name, required_arguments(by_name[name], ("command",)) if name in by_name else {}
+    key, tool = SHELL_TOOLS[name], by_name.get(name)
+    if tool is None:
+        return name, {key: command}
+    spec = ((tool.get("parameters") or {}).get("properties") or {}).get(key) or {}
+    value = [*ARGV_SHELL, command] if spec.get("type") == "array" else command
+    return name, {key: value, **required_arguments(tool, (key,))}
 
 
 def end_of_turn(tools: list[dict[str, Any]]) -> str:
@@ -322,7 +338,7 @@ class ExpertScript:
         tools, command = offered_tools(prompt), self.command(prompt)
         if command == SUBMIT_COMMAND and not submits_by_sentinel(prompt):
             return end_of_turn(tools)
-        return tool_call_text(command, *shell_tool(tools))
+        return call_text(*shell_call(tools, command))
 
 
 def serving_script(tasks_jsonl: Path, slip_rate: float = 0.0, slip_seed: int = 0,

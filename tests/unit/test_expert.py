@@ -285,3 +285,47 @@ def test_expert_submits_by_sentinel_where_the_instructions_name_it(tasks: list[T
     messages[1]["content"] += f"\nWhen done, run `echo {SUBMIT_LINE}`."
     done = after_call(messages, "bash", {"command": script.commands[2]})
     assert calls_of(script.completion(render_chat(done, [BASH_TOOL], True))) == [("bash", {"command": SUBMIT_COMMAND})]
+
+
+STRING, FLAG = {"type": "string"}, {"type": "boolean"}
+# Each CLI's shell tool as it lists it (the arguments that matter), beside another of its tools; the key that takes the
+# command; how that command runs (a string through ``bash -c``, an argv as it is).
+CLI_SHELLS = {
+    "claude-code": ([tool("Bash", {"command": STRING, "timeout": {"type": "number"}, "description": STRING,
+                                   "run_in_background": FLAG}, ["command"]),
+                     tool("Edit", {"file_path": STRING, "old_string": STRING}, ["file_path", "old_string"])],
+                    "Bash", "command"),
+    "codex": ([tool("exec_command", {"cmd": STRING, "workdir": STRING, "login": FLAG, "tty": FLAG}, ["cmd"]),
+               tool("write_stdin", {"session_id": {"type": "number"}, "chars": STRING}, ["session_id"])],
+              "exec_command", "cmd"),
+    "codex-argv": ([tool("shell", {"command": {"type": "array", "items": STRING}, "workdir": STRING,
+                                   "timeout_ms": {"type": "number"}}, ["command"])], "shell", "command"),
+    "qwen-code": ([tool("edit", {"file_path": STRING}, ["file_path"]),
+                   tool("run_shell_command", {"command": STRING, "is_background": FLAG, "description": STRING},
+                        ["command"])], "run_shell_command", "command"),
+}
+
+
+@pytest.mark.parametrize("cli", sorted(CLI_SHELLS))
+def test_expert_calls_each_clis_shell_tool_in_its_shape_and_resolves(cli: str) -> None:
+    """Claude Code's ``Bash`` {command}, Codex's ``exec_command`` {cmd} (or an argv ``shell``: bash -lc COMMAND), Qwen
+    Code's ``run_shell_command`` {command}: each step once, in order (the prompt holds the calls the CLI re-sent),
+    then a plain reply; the calls, run as the CLI runs them, resolve the task."""
+    tasks = build_distribution(replace(RECIPE_TASKS, difficulty="locate", n_tasks=1))
+    script, (tools, name, key) = ExpertScript(tasks), CLI_SHELLS[cli]
+    messages, sandbox = mini_messages(tasks[0].problem_statement), LocalSandbox(LocalSandboxConfig())
+    try:
+        workspace = sandbox.workspace(tasks[0], f"cli-{cli}")
+        for command in script.procedures[0]:
+            [(called, args)] = calls_of(script.completion(render_chat(messages, tools, True)))
+            argv = ["bash", "-lc", command] if cli == "codex-argv" else ["bash", "-c", command]
+            assert (called, args) == (name, {key: argv if cli == "codex-argv" else command})
+            result = subprocess.run(argv, cwd=workspace.path, capture_output=True, text=True, timeout=30)
+            assert result.returncode == 0, result.stderr
+            messages = after_call(messages, called, args)
+        done = script.completion(render_chat(messages, tools, True))
+        assert done == "Done." and calls_of(done) == []
+        assert sandbox.grade(tasks[0], workspace).outcome == "resolved"
+        workspace.cleanup()
+    finally:
+        sandbox.close()
