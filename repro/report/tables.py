@@ -26,6 +26,7 @@ from repro.report.before_after import write_before_after_tables
 from repro.report.engines_table import write_engine_tables
 from repro.report.eval_docker_table import write_eval_docker_tables
 from repro.report.eval_table import write_eval_tables
+from repro.report.harness_bench_table import write_harness_bench_tables
 from repro.report.harness_matrix_table import write_harness_matrix_tables
 from repro.report.jail_table import write_jail_overhead_tables
 from repro.report.loop_comparison_table import write_loop_comparison_tables
@@ -157,6 +158,7 @@ WRITERS: dict[str, Callable[[list[dict[str, Any]], Path], list[Path]]] = {
     "engine_comparison": write_engine_tables,
     "harness_matrix": write_harness_matrix_tables,
     "jail_overhead": write_jail_overhead_tables,
+    "harness_bench": write_harness_bench_tables,
 }
 
 
