@@ -1,20 +1,24 @@
 """A fork server for a harness's console command: import it once, then fork one process per run.
 
-Run by the harness env's python (``python -I fork_server.py MODULE:FUNCTION [PRELOAD ...]``); standard library
-only (never ``repro``). It imports ``MODULE`` and the ``PRELOAD`` modules (what the command would import on its
-first model call: LiteLLM, ~3 CPU-s), then serves requests. Each run is a child forked from this process that does
-what the console script's process would: its own session, cwd, stdin/stdout/stderr files, ``sys.argv``, then
-``sys.exit(FUNCTION())`` with the exit code a console script would give. The environment is this process's own
-(the caller starts the server with the environment each run needs: it is read at import time). Only imports are
-shared: the child is a copy of a process that has run nothing but imports.
+Run by the harness env's python (``python -I fork_server.py ENTRY [PRELOAD ...]``); standard library only (never
+``repro``). ``ENTRY`` is ``MODULE:FUNCTION`` (a console script's) or a script's path ending in ``.py``. It imports
+``MODULE`` and the ``PRELOAD`` modules (what the command would import on its first model call: LiteLLM, ~3 CPU-s),
+then serves requests. Each run is a child forked from this process that does what the console script's process
+would: its own session, cwd, stdin/stdout/stderr files, ``sys.argv``, then ``sys.exit(FUNCTION())`` with the exit
+code a console script would give; a script is run as ``__main__`` (``runpy.run_path``), as ``python -P SCRIPT``
+would (its folder is not put on ``sys.path``). The environment is this process's own unless the request names one
+(the caller starts the server with the environment each run needs where it is read at import time). Only imports
+are shared: the child is a copy of a process that has run nothing but imports.
 
-Protocol, one JSON object per line. stdin: ``{"id", "argv", "cwd", "stdin", "stdout", "stderr", "jail"}`` (paths;
-stdin may be null: /dev/null; ``jail``, when set, puts the child in a rollout's jail first); EOF stops the server.
-stdout: ``{"event": "ready", "pid", "import_s"}`` once, then per request ``{"event": "started", "id", "pid"}`` (or
-``{"event": "failed", "id", "error"}``) and, when the child ends, ``{"event": "exit", "id", "pid", "exit_code",
-"cpu_s"}`` (``exit_code`` as ``subprocess`` gives it: minus the signal for a killed child). The server is
-single-threaded (a fork never copies a lock held by another thread); SIGCHLD wakes its ``select`` through a wakeup
-pipe.
+Protocol, one JSON object per line. stdin: ``{"id", "argv", "cwd", "stdin", "stdout", "stderr", "jail", "env"}``
+(paths; stdin may be null: /dev/null; ``jail``, when set, puts the child in a rollout's jail first; ``env``, when
+set, replaces the child's ``os.environ`` before that: what it and its subprocesses see from then on, while values
+read at import time stay the server's); EOF stops the server. stdout: ``{"event": "ready", "pid", "import_s",
+"threads", "environ"}`` once (``threads``: this process's, 1 when the imports started none; ``environ``: its
+environment after them), then per request ``{"event": "started", "id", "pid"}`` (or ``{"event": "failed", "id",
+"error"}``) and, when the child ends, ``{"event": "exit", "id", "pid", "exit_code", "cpu_s"}`` (``exit_code`` as
+``subprocess`` gives it: minus the signal for a killed child). The server is single-threaded (a fork never copies a
+lock held by another thread); SIGCHLD wakes its ``select`` through a wakeup pipe.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import importlib
 import importlib.util
 import json
 import os
+import runpy
 import select
 import signal
 import sys
@@ -102,7 +107,11 @@ class Server:
                 os.close(fd)
             os.setsid()
             redirect(request)
+            if request.get("env") is not None:
+                os.environ.clear()
+                os.environ.update(request["env"])
             if request.get("jail"):
+                os.chdir("/")  # the jail keeps the cwd, and the server's may not be in it
                 enter_jail(request["jail"])
             os.chdir(request["cwd"])
             sys.argv = list(request["argv"])
@@ -162,8 +171,21 @@ def exit_code(entry: Any) -> int:
 
 
 def load(spec: str) -> Any:
+    """The function ``MODULE:FUNCTION`` names, or one that runs the script ``spec`` (a ``.py`` path) as ``__main__``."""
+    if spec.endswith(".py"):
+        if not os.path.isfile(spec):
+            raise FileNotFoundError(f"no script {spec}")
+        return lambda: runpy.run_path(spec, run_name="__main__") and None
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def threads() -> int:
+    """This process's threads, the interpreter's own included (a fork copies only the calling one): 1 is safe."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
 
 
 def main(argv: list[str]) -> None:
@@ -175,8 +197,11 @@ def main(argv: list[str]) -> None:
     entry = load(argv[0])
     for module in argv[1:]:
         importlib.import_module(module)
+    for stream in (sys.stdout, sys.stderr):  # else what imports printed would be copied into every child
+        stream.flush()
     server = Server(entry, proto_in, proto_out)
-    server.send({"event": "ready", "pid": os.getpid(), "import_s": round(time.monotonic() - started, 3)})
+    server.send({"event": "ready", "pid": os.getpid(), "import_s": round(time.monotonic() - started, 3),
+                 "threads": threads(), "environ": dict(os.environ)})
     server.serve()
 
 

@@ -41,7 +41,8 @@ class _Run:
 
 
 class ForkServer(Closing):
-    """A fork server for ``entry`` (``module:function``) in ``python``'s env, started with ``env``."""
+    """A fork server for ``entry`` (``module:function``, or a script's ``.py`` path) in ``python``'s env, started
+    with ``env``."""
 
     def __init__(self, python: Path, entry: str, env: dict[str, str], log_path: Path,
                  preload: tuple[str, ...] = ()) -> None:
@@ -50,18 +51,25 @@ class ForkServer(Closing):
         self._runs: dict[str, _Run] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self.import_s: float | None = None
+        self.threads: int | None = None  # the server's when it was ready (1: nothing but the main thread to fork)
+        # What the server's interpreter set in its environment itself (PEP 538's LC_CTYPE where no locale variable
+        # is set, imports that set variables): an exec'd one given the same locale variables would, so ``env`` gets it
+        self.startup_env: dict[str, str] = {}
         self.starts = 0
 
     def run(self, argv: list[str], cwd: Path, output_dir: Path, timeout_s: float, *,
-            stdin: Path | None = None, jail: Path | None = None) -> ProcessOutcome:
+            stdin: Path | None = None, jail: Path | None = None, env: dict[str, str] | None = None) -> ProcessOutcome:
         """``argv`` as a forked child (inside the jail of the reusable spec ``jail``: see
-        :func:`repro.execution.jail_init.enter`); as :func:`run_in_session`, ``exit_code`` is None after a timeout."""
+        :func:`repro.execution.jail_init.enter`; with ``env`` as its environment instead of the server's, plus
+        :attr:`startup_env`); as :func:`run_in_session`, ``exit_code`` is None after a timeout."""
         started, rid, run = time.monotonic(), uuid.uuid4().hex, _Run()
         request = {"id": rid, "argv": argv, "cwd": str(cwd), "stdin": str(stdin) if stdin else None,
                    "stdout": str(output_dir / "stdout.log"), "stderr": str(output_dir / "stderr.log"),
                    "jail": {"init": str(INIT), "spec": str(jail)} if jail else None}
         with self._lock:
             proc = self._ensure_server()
+            if env is not None:
+                request["env"] = dict(env) | {k: v for k, v in self.startup_env.items() if k not in env}  # its order
             self._runs[rid] = run
             _write_line(proc.stdin, request)
         try:
@@ -92,7 +100,9 @@ class ForkServer(Closing):
                                     start_new_session=True)
         assert proc.stdout is not None
         ready = _read_ready(proc, self.log_path)
-        self.import_s, self._proc, self.starts = ready.get("import_s"), proc, self.starts + 1
+        self.import_s, self.threads = ready.get("import_s"), ready.get("threads")
+        self.startup_env = {k: v for k, v in (ready.get("environ") or {}).items() if self.env.get(k) != v}
+        self._proc, self.starts = proc, self.starts + 1
         threading.Thread(target=self._read_events, args=(proc,), name="fork-server-events", daemon=True).start()
         return proc
 

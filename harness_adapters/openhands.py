@@ -1,21 +1,25 @@
 """OpenHands (the V1 SDK: ``openhands-sdk`` + ``openhands-tools``, pin 1.58.2) behind the ``Harness`` contract.
 
 ``openhands-ai`` is only the web app; what runs headless, unmodified and without Docker is the SDK that OpenHands'
-own benchmarks drive. Each rollout is one process of the harness env's Python (>= 3.12)::
+own benchmarks drive. Each rollout is one run of the runner in the harness env's Python (>= 3.12), as if by::
 
     <env>/bin/python -P harness_adapters/openhands_runner.py <out>/spec.json
 
-run with cwd=<workdir>, stdin=/dev/null, its own session, a clean environment (isolated HOME/XDG dirs, dummy API
+with cwd=<workdir>, stdin=/dev/null, its own session, a clean environment (isolated HOME/XDG dirs, dummy API
 key, ``LITELLM_LOCAL_MODEL_COST_MAP=True``, no telemetry variables) and its own ``TMUX_TMPDIR``: the terminal tool
 starts a tmux server (it daemonizes, so the process group does not hold it); after the run, every server under
-that dir is killed with its process tree. See ``openhands_runner`` for what runs inside.
+that dir is killed with its process tree. See ``openhands_runner`` for what runs inside. ``launcher``: ``fork``
+(default) forks it from a server that imported the SDK once, ``exec`` starts that very command
+(:mod:`harness_adapters.openhands_launch`); the runner gets the same argv, environment, jail and logs either way.
 
 Jailed by default (``isolation``, :mod:`harness_adapters.isolation`): the runner, its tmux server and every command
 see the working copy and output folder (read-write), the env and the runner script (read-only), the per-rollout
 ``TMUX_TMPDIR`` (read-write, at the same short host path: tmux socket paths max ~107 bytes) and nothing else of the
-host; the network reaches only the proxy. The jail's ``/dev`` has no pty devices, so the runner mounts a devpts of
-its own there (``spec["jail"]``; tmux needs ptys). The tmux server lives in the jail's PID namespace and ends with
-it; the adapter never uses the pid a jailed server reports (it is the namespace's).
+host; the network reaches only the proxy. The jail's ``/dev`` has ptys of its own (a devpts instance that the jail's
+new root mounts, ``jail_init.mount_ptys``: tmux needs them; ``spec["jail"]`` tells the runner it is jailed). The
+tmux server lives in the jail's PID namespace and ends with it; the adapter never uses the pid a jailed server
+reports (it is the namespace's). A forked runner enters the same jail (the fork server's ``jail``) and is the PID 1
+of its namespace; its end ends the namespace's tmux server as the jail's own PID 1 does for an exec'd one.
 
 Findings (1.58.2, read from the installed source and watched through the proxy):
 
@@ -36,7 +40,9 @@ Findings (1.58.2, read from the installed source and watched through the proxy):
   proxy's ``summary`` purpose URL, so that call is recorded as ``purpose=summary``.
 - Network: nothing but ``base_url`` with the env below (observability is off without ``LMNR_*`` / ``OTEL_*``
   variables; the model-info lookup only queries ``litellm_proxy/`` models; the browser tool is not loaded in CLI
-  mode). Start-up costs ~5 CPU-s (imports): one process per rollout is ~6-8 s of overhead on this machine.
+  mode). Start-up: the imports cost ~5 CPU-s a process, paid once per harness by the fork server (~4 s). Scripted
+  expert, sequential, 2 cores, CPU-s / wall s a rollout with the model server, proxy and grading: forked 1.0 / 1.7
+  jailed, 0.8 / 1.5 unjailed; exec'd 7.4 / 8.0 jailed, 6.6 / 7.5 unjailed.
 - The runner lives beside this module, whose name would shadow the SDK's ``openhands`` package: ``python -P``.
 """
 
@@ -49,30 +55,24 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from harness_adapters.isolation import check_isolation, resolve_isolation, rollout_jail
+from harness_adapters.openhands_launch import LAUNCHERS, RUNNER, RunnerLauncher, build_process_env, kill_tmux_servers
 from harness_adapters.per_rollout import PerRolloutHarness
-from harness_adapters.processes import (
-    TAIL_CHARS,
-    ProcessOutcome,
-    isolated_env,
-    kill_processes_under,
-    kill_tree,
-    last_line,
-    run_in_session,
-    tail,
-)
+from harness_adapters.processes import TAIL_CHARS, ProcessOutcome, kill_processes_under, last_line, tail
 from harness_adapters.versions import nearest
 from repro.common.venvs import HarnessEnv, HarnessEnvError, ensure_harness_env
 from repro.execution.jail import interpreter_paths
 from repro.protocols import HarnessResult, HarnessRollout
 from repro.proxy.routes import purpose_base_url
 
-__all__ = ["DEFAULT_VERSION", "NAME", "OpenHandsConfig", "OpenHandsHarness", "ensure_openhands_env", "find_python"]
+__all__ = ["DEFAULT_VERSION", "NAME", "OpenHandsConfig", "OpenHandsHarness", "build_process_env",
+           "ensure_openhands_env", "find_python", "kill_tmux_servers"]
 
 NAME = "openhands"
 DEFAULT_VERSION = "1.58.2"
@@ -85,7 +85,6 @@ WIRE_PACKAGES = ("openhands-sdk", "openhands-tools", "litellm", "openai")
 DEFAULT_TOOLS = ("terminal", "file_editor", "task_tracker", "finish", "think")  # get_default_agent(cli_mode=True)
 ADAPTER_LOG_NAME = "harness_run.json"
 RESULT_NAME = "result.json"  # written by the runner
-RUNNER = Path(__file__).with_name("openhands_runner.py")
 FINISHED_EXIT_STATUSES = ("finished", "max_iterations", "stuck")
 # SDK files that render what the model sees (system prompt sections, tool descriptions, condenser prompts),
 # relative to site-packages; hashed into the identity with the runner.
@@ -100,7 +99,7 @@ PROMPT_FILE_GLOBS = (
 
 @dataclass(frozen=True)
 class OpenHandsConfig:
-    """Harness settings fixed across rollouts (all part of the identity).
+    """Harness settings fixed across rollouts (all but ``launcher`` part of the identity).
 
     ``condenser``: ``summarizing`` (the default agent's ``LLMSummarizingCondenser``; 80 / 4 are its sizes) or
     ``none``. ``command_timeout_s``: the terminal tool's no-change timeout (a command silent that long returns
@@ -111,7 +110,8 @@ class OpenHandsConfig:
     ``num_retries``: the SDK retries a failed call this many times (its default 5, waits of 8-64 s; 0 fails
     fast). ``extra_llm``: other ``openhands.sdk.LLM`` fields, passed as they are. ``isolation``: ``auto`` | ``jail``
     | ``none``, each rollout's runner in a jail (:mod:`harness_adapters.isolation`; the resolved mode is in the
-    identity)."""
+    identity). ``launcher``: ``fork`` | ``exec``, how each runner starts (:mod:`harness_adapters.openhands_launch`;
+    not in the identity: the requests are the same)."""
 
     version: str = DEFAULT_VERSION
     max_iterations: int = 100
@@ -125,9 +125,12 @@ class OpenHandsConfig:
     request_timeout_s: int = 600
     extra_llm: dict[str, Any] = field(default_factory=dict)
     isolation: str = "auto"  # auto | jail | none: each rollout's runner in a jail (harness_adapters.isolation)
+    launcher: str = "fork"  # fork | exec: forked from a fork server that imported the SDK, or a fresh interpreter
 
     def __post_init__(self) -> None:
         check_isolation(self.isolation)
+        if self.launcher not in LAUNCHERS:
+            raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}")
         if self.condenser not in ("summarizing", "none"):
             raise ValueError(f"condenser must be 'summarizing' or 'none', got {self.condenser!r}")
         if self.max_iterations < 1:
@@ -242,8 +245,9 @@ def missing_version_message(pip_output: str, version: str) -> str | None:
 class OpenHandsHarness(PerRolloutHarness):
     """OpenHands' default agent: each rollout one runner process, up to ``concurrency`` at once (threads).
 
-    ``python``: the interpreter (>= 3.12) to build the env with; default :func:`find_python`. No state dir: every
-    rollout's state lives in its output dir."""
+    ``python``: the interpreter (>= 3.12) to build the env with; default :func:`find_python`. Every rollout's state
+    lives in its output dir; the fork server's HOME and log in a temporary state dir (made on the first forked run,
+    removed by :meth:`close`)."""
 
     name = NAME
     thread_prefix = "openhands"
@@ -259,6 +263,8 @@ class OpenHandsHarness(PerRolloutHarness):
             "packages": {p: self._env.version_of(p) or "" for p in WIRE_PACKAGES},
             "settings": self.cfg.settings() | {"isolation": resolve_isolation(self.cfg.isolation)},
         }
+        self._state_lock = threading.Lock()
+        self._launcher = RunnerLauncher(self.cfg.launcher, self._env.python, self._state_dir)
 
     def identity(self) -> dict[str, Any]:
         """Name, SDK version, sha256 of the runner and of the SDK files that render what the model sees,
@@ -267,7 +273,7 @@ class OpenHandsHarness(PerRolloutHarness):
 
     def rollout_spec(self, rollout: HarnessRollout, *, jailed: bool = False) -> dict[str, Any]:
         """The runner's spec for ``rollout`` (no secrets: the key travels in the environment); ``jailed``: the runner
-        runs in a jail (it mounts a devpts of its own for tmux)."""
+        runs in a jail (whose root has ptys of its own for tmux)."""
         cfg = self.cfg
         condenser = {"kind": cfg.condenser, "max_size": cfg.condenser_max_size, "keep_first": cfg.condenser_keep_first}
         terminal = {} if cfg.command_timeout_s is None else {"no_change_timeout_seconds": cfg.command_timeout_s}
@@ -280,8 +286,8 @@ class OpenHandsHarness(PerRolloutHarness):
         }
 
     def run_one(self, rollout: HarnessRollout) -> HarnessResult:
-        """One runner process for ``rollout`` (jailed unless ``isolation`` resolves to none; its tmux servers killed
-        after it); its record in ``output_dir``."""
+        """One runner process for ``rollout``, forked or exec'd (jailed unless ``isolation`` resolves to none; its
+        tmux servers killed after it); its record in ``output_dir``."""
         workdir, output_dir = Path(rollout.workdir).resolve(), Path(rollout.output_dir).resolve()
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / RESULT_NAME).unlink(missing_ok=True)
@@ -296,14 +302,15 @@ class OpenHandsHarness(PerRolloutHarness):
                 jailed = jail is not None
                 spec = self.rollout_spec(rollout, jailed=jailed)
                 spec_path.write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
-                outcome = run_in_session(cmd, workdir, env, output_dir, rollout.timeout_s, jail=jail)
+                outcome = self._launcher.run(cmd, workdir, env, output_dir, rollout.timeout_s, jail)
         finally:
             killed = kill_tmux_servers(tmux_dir, jailed=jailed)
             shutil.rmtree(tmux_dir, ignore_errors=True)
         if outcome.timed_out or outcome.exit_code != 0:
             kill_processes_under([workdir])  # commands that left the tmux server's tree
         result = as_result(rollout.rollout_id, outcome, output_dir, rollout.timeout_s)
-        result.info |= {"tmux_servers_killed": killed, "isolation": "jail" if jailed else "none"}
+        result.info |= {"tmux_servers_killed": killed, "isolation": "jail" if jailed else "none",
+                        "launcher": self.cfg.launcher}
         self.write_record(output_dir / ADAPTER_LOG_NAME, result, cmd)
         return result
 
@@ -311,6 +318,16 @@ class OpenHandsHarness(PerRolloutHarness):
         """What the jailed runner reads besides the system's directories: the env (its interpreter and packages)
         and its base installation; the runner script comes with the command."""
         return [str(self._env.root), *interpreter_paths(str(self._env.python))]
+
+    def _state_dir(self) -> Path:
+        """A temporary state dir for the fork server (made once, on first use)."""
+        with self._state_lock:
+            return self._state if self._state is not None else self.use_state_dir(None, "repro-openhands-")
+
+    def close(self) -> None:
+        """Stop the fork server, then drop its state dir."""
+        self._launcher.close()
+        super().close()
 
 
 def identity_files(env: HarnessEnv) -> dict[str, str]:
@@ -322,41 +339,6 @@ def identity_files(env: HarnessEnv) -> dict[str, str]:
             if "__pycache__" not in path.parts:
                 files[path.relative_to(site).as_posix()] = _sha256(path)
     return dict(sorted(files.items()))
-
-
-def build_process_env(*, home: Path, tmux_tmpdir: Path) -> dict[str, str]:
-    """A clean environment: a few locale/PATH variables from the parent, nothing else (no secrets, no
-    observability endpoints), an isolated HOME (OpenHands keeps ``~/.openhands`` there) and ``TMUX_TMPDIR``."""
-    return isolated_env(home) | {
-        "TMUX_TMPDIR": str(tmux_tmpdir),
-        "OPENHANDS_SUPPRESS_BANNER": "1",
-        "DO_NOT_TRACK": "1",
-        "ANONYMIZED_TELEMETRY": "false",
-    }
-
-
-def kill_tmux_servers(tmux_tmpdir: Path, *, jailed: bool = False) -> int:
-    """Kill every tmux server with a socket under ``tmux_tmpdir`` and its process tree; return how many ran.
-
-    ``jailed``: the servers ran in the rollout's jail, in its PID namespace, and ended with it (the runner unlinks
-    the sockets of servers that exited before it did): each socket left is a server that was still running and
-    was killed with the jail. The pid a jailed server would report is the namespace's, never one to kill here: a
-    server that still answers is told to ``kill-server`` instead."""
-    killed = 0
-    for socket in sorted(tmux_tmpdir.glob("tmux-*/*")):
-        if not socket.is_socket():
-            continue
-        query = ["kill-server"] if jailed else ["display-message", "-p", "#{pid}"]
-        try:
-            out = subprocess.run(["tmux", "-S", str(socket), *query], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            out = None
-        if jailed:
-            killed += 1
-        elif out is not None and out.returncode == 0 and out.stdout.strip().isdigit():
-            kill_tree(int(out.stdout.strip()))
-            killed += 1
-    return killed
 
 
 def read_result(output_dir: Path) -> dict[str, Any] | None:

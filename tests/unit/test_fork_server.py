@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import psutil
 import pytest
 
 from harness_adapters.forked import ForkServer
+from repro.execution.jail import Jail, jail_available
 
 
 @pytest.fixture
@@ -108,3 +110,71 @@ def _expect_oserror(server: ForkServer, tmp_path: Path, errors: list[str]) -> No
         server.run(["timeit", "-n", "1", "-r", "1", "import time; time.sleep(120)"], out, out, 120)
     except OSError as exc:
         errors.append(str(exc))
+
+
+SCRIPT = """import json, os, subprocess, sys
+print(json.dumps({"name": __name__, "argv": sys.argv, "own_dir_on_path": os.path.dirname(__file__) in sys.path,
+                  "environ": dict(os.environ), "child_env": subprocess.run(["env"], capture_output=True,
+                                                                            text=True).stdout}))
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "bin" / "probe_script.py"
+    path.parent.mkdir()
+    path.write_text(SCRIPT)
+    return path
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "stdout.log").read_text())
+
+
+def test_a_script_entry_runs_as_main_with_its_argv(script: Path, tmp_path: Path) -> None:
+    """A ``.py`` entry runs as ``python -P SCRIPT`` would: ``__main__``, its argv, its folder not on sys.path."""
+    with ForkServer(Path(sys.executable), str(script), dict(os.environ), tmp_path / "server.log") as server:
+        out = _out(tmp_path, "run")
+        outcome = server.run([str(script), "3"], tmp_path, out, 30)
+    assert outcome.exit_code == 3
+    report = _report(out)
+    assert (report["name"], report["argv"], report["own_dir_on_path"]) == ("__main__", [str(script), "3"], False)
+    with pytest.raises(OSError, match="did not start"), \
+            ForkServer(Path(sys.executable), str(tmp_path / "missing.py"), dict(os.environ), tmp_path / "m.log") as bad:
+        bad.run([str(script), "0"], tmp_path, _out(tmp_path, "missing"), 30)
+    assert "no script" in (tmp_path / "m.log").read_text()
+
+
+@pytest.mark.parametrize("lang", ["C.UTF-8", None])
+def test_a_run_gets_the_environment_an_exec_would(script: Path, tmp_path: Path, lang: str | None) -> None:
+    """With ``env``, the child (and what it starts) sees what a fresh interpreter started with that environment
+    sees: the request's variables, none of the server's, plus what the interpreter sets itself (without a locale
+    variable, PEP 538's ``LC_CTYPE``); without, the server's own."""
+    base = {"PATH": os.defpath} | ({"LANG": lang} if lang else {})
+    server_env, run_env = base | {"SERVER_ONLY": "1", "HOME": "/server"}, base | {"RUN_ONLY": "2", "HOME": "/run"}
+    with ForkServer(Path(sys.executable), str(script), server_env, tmp_path / "server.log") as server:
+        forked, plain = _out(tmp_path, "env"), _out(tmp_path, "plain")
+        assert server.run([str(script), "0"], tmp_path, forked, 30, env=run_env).exit_code == 0
+        assert server.run([str(script), "0"], tmp_path, plain, 30).exit_code == 0
+    exec_out = _out(tmp_path, "exec")
+    with open(exec_out / "stdout.log", "w") as handle:
+        subprocess.run([sys.executable, "-P", str(script), "0"], env=run_env, stdout=handle, check=True, timeout=30)
+    expected = _report(exec_out)
+    report = _report(forked)
+    assert report["environ"] == expected["environ"] and report["child_env"] == expected["child_env"]
+    assert ("LC_CTYPE" in report["environ"]) == (lang is None)  # the interpreter's own, when it coerces the locale
+    assert _report(plain)["environ"]["SERVER_ONLY"] == "1" and "RUN_ONLY" not in _report(plain)["environ"]
+
+
+@pytest.mark.skipif(jail_available() is not None, reason="needs a jail")
+def test_a_jailed_run_does_not_need_the_servers_cwd(script: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's cwd (the harness's) need not exist in the rollout's jail: the child enters it from ``/``."""
+    elsewhere, work = _out(tmp_path, "elsewhere"), _out(tmp_path, "work")
+    monkeypatch.chdir(elsewhere)
+    with ForkServer(Path(sys.executable), str(script), dict(os.environ), tmp_path / "server.log") as server, \
+            Jail(read_write=[str(work)], read_only=[str(script.parent)]) as jail:
+        outcome = server.run([str(script), "0"], work, work, 30, jail=jail.reusable_spec())
+    assert outcome.exit_code == 0, (work / "stderr.log").read_text()
+    assert not elsewhere.joinpath("stdout.log").exists() and _report(work)["argv"] == [str(script), "0"]

@@ -186,3 +186,12 @@ def test_find_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     version = subprocess.run([found, "-c", "import sys; print(sys.version_info >= (3, 12))"], capture_output=True,
                              text=True, check=True).stdout.strip()
     assert version == "True"
+
+
+def test_launcher_is_checked_and_not_in_the_identity(tmp_path: Path) -> None:
+    assert OpenHandsConfig().launcher == "fork"
+    with pytest.raises(ValueError, match="launcher must be one of fork, exec"):
+        OpenHandsConfig(launcher="spawn")
+    env = fake_env(tmp_path)
+    identities = [OpenHandsHarness(OpenHandsConfig(launcher=name), env=env).identity() for name in ("fork", "exec")]
+    assert identities[0] == identities[1]  # the model sees the same either way: one frozen spec for both

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import harness_adapters.openhands as oh
+import harness_adapters.openhands_launch as launch
 import harness_adapters.openhands_runner as runner
 from harness_adapters.isolation import resolve_isolation
 from harness_adapters.openhands import OpenHandsConfig, OpenHandsHarness
@@ -69,7 +70,7 @@ def _answers(socket: Path) -> bool:
 def test_jailed_cleanup_counts_sockets_and_kills_through_the_socket(tmux_dir: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     socket = _server(tmux_dir, "sleep 300")
-    monkeypatch.setattr(oh, "kill_tree", lambda pid: pytest.fail(f"killed pid {pid}: a jailed pid is the jail's"))
+    monkeypatch.setattr(launch, "kill_tree", lambda pid: pytest.fail(f"killed pid {pid}: a jailed pid is the jail's"))
     assert oh.kill_tmux_servers(tmux_dir, jailed=True) == 1
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and _answers(socket):
