@@ -20,12 +20,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness_adapters.registry import get_harness
+from harness_adapters.registry import get_harness, name_for_config
 from repro.common.accounting import Accountant
 from repro.common.files import weights_sha256
 from repro.common.tracking import tracked
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
+from repro.recipe.harness_texts import harness_texts
 from repro.recipe.loop_fidelity import FidelityConfig, comparison_metrics, replay_store
 from repro.recipe.miniature import Miniature, MiniatureConfig, split_train
 from repro.recipe.paired_metrics import paired_tests, per_instance
@@ -39,7 +40,8 @@ from repro.rl.rebuilt.harness import LoopConfig, rl_harness
 from repro.rl.rollouts import GradeCache
 from repro.sandbox.select import make_sandbox
 from repro.tasks.sets import load_task_set
-from repro.tinymodel.recipe import build_recipe_model
+from repro.tinymodel.recipe import RecipeHarness, build_recipe_model
+from repro.tinymodel.vocab import recipe_added_tokens
 
 REBUILT = "rebuilt"
 LOOP_SLICE = "loop_comparison"  # the folder of the proxy-vs-rebuilt slice of a matrix run
@@ -75,17 +77,31 @@ class MatrixConfig:
 
 
 class HarnessSet:
-    """Several mini-SWE-agent configs as one recipe harness: the tokenizer gets every harness's fixed texts."""
+    """Several harnesses as one recipe harness: the tokenizer gets every harness's fixed texts. mini-SWE-agent's
+    configs hand theirs out (their tools one block); a harness whose prompts are built inside it (OpenCode,
+    OpenHands, the CLIs) gives its captured texts (:mod:`repro.recipe.harness_texts`) with its own tools block and
+    call wrappers already made texts, since each harness offers its own tools."""
 
-    def __init__(self, configs: list[Any]) -> None:
-        self.configs = configs
+    def __init__(self, configs: list[Any], captured: list[Any] = ()) -> None:
+        self.configs, self.captured = configs, list(captured)
 
     def fixed_prompt_texts(self, platform_line: bool = False) -> list[str]:
-        return sorted({t for cfg in self.configs for t in cfg.fixed_prompt_texts(platform_line=platform_line)})
+        texts = {t for cfg in self.configs for t in cfg.fixed_prompt_texts(platform_line=platform_line)}
+        texts |= {t for c in self.captured for t in recipe_added_tokens(c.fixed_prompt_texts(), c.tools())}
+        return sorted(texts)
 
     def tools(self) -> list[dict[str, Any]]:
         seen = {json.dumps(tool, sort_keys=True): tool for cfg in self.configs for tool in cfg.tools()}
         return [seen[k] for k in sorted(seen)]
+
+
+def recipe_harness_set(agents: dict[str, Any], configs: dict[str, Any]) -> HarnessSet:
+    """The matrix's harnesses as one :class:`HarnessSet`: mini-SWE-agent's configs as they are, the others'
+    texts captured from their requests (cached per identity)."""
+    own = [cfg for cfg in configs.values() if isinstance(cfg, RecipeHarness)]
+    captured = [harness_texts(name_for_config(cfg), cfg, agents[name].identity())
+                for name, cfg in configs.items() if not isinstance(cfg, RecipeHarness)]
+    return HarnessSet(own, captured)
 
 
 @dataclass
@@ -126,10 +142,10 @@ def prepared_matrix(cfg: MiniatureConfig, matrix: MatrixConfig, run_dir: Path) -
         with contextlib.ExitStack() as stack:
             agents = {name: stack.enter_context(get_harness(None, hcfg, workers=matrix.harness_workers))
                       for name, hcfg in matrix.harnesses.items()}
-            configs = list(matrix.harnesses.values())
+            harnesses = recipe_harness_set(agents, matrix.harnesses)
             with acct.phase("setup"):  # pinned platform lines (harness.platform) are recipe tokens on every machine
-                base = build_recipe_model(setup.model, HarnessSet(configs), train_list,
-                                          platform_line=all(getattr(c, "platform", None) for c in configs))
+                base = build_recipe_model(setup.model, harnesses, train_list,
+                                          platform_line=all(getattr(c, "platform", None) for c in harnesses.configs))
             runs = [WarmStartRun(dataclasses.replace(setup, harness=matrix.harnesses[n]), agent, box,
                                  run_dir / f"demos_{n}") for n, agent in agents.items()]
             warm_dir, warm = mixed_warm_start(runs, base, demo_tasks, cfg.warm_start, acct)

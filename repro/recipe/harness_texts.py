@@ -13,6 +13,7 @@ identity (``<cache>/harness-texts/<key>.json``) as a :class:`CapturedTexts`, whi
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import hashlib
 import json
 import tempfile
@@ -24,6 +25,8 @@ from harness_adapters.template_texts import MIN_PIECE_CHARS, paragraphs
 from repro.common.files import cache_dir, locked
 
 CAPTURE_TASKS = 2
+TEXTS_VERSION = 2  # bump when what is kept of the captured requests changes (part of the cache key)
+SHARED_MIN_CHARS = 24  # the shortest run a differing paragraph shares that becomes a text
 _DATE_FORMATS = ("%Y-%m-%d", "%a %b %d %Y", "%B %d, %Y", "%d %B %Y", "%m/%d/%Y", "%d/%m/%Y", "%Y/%m/%d")
 
 
@@ -62,7 +65,7 @@ def fixed_texts(requests: list[dict[str, Any]], day: dt.date | None = None) -> C
     if not requests:
         raise ValueError("no captured request to take fixed texts from")
     sets = [{p for m in r.get("messages", []) for p in paragraphs(message_text(m))} for r in requests]
-    common = set.intersection(*sets)
+    common = set.intersection(*sets) | shared_pieces(sets)
     tools = [r.get("tools") or [] for r in requests]
     same = all(json.dumps(t, sort_keys=True) == json.dumps(tools[0], sort_keys=True) for t in tools)
     if not same:  # a tool names the working copy (OpenHands' file_editor): the block's lines all share, instead
@@ -71,13 +74,48 @@ def fixed_texts(requests: list[dict[str, Any]], day: dt.date | None = None) -> C
                          tuple(tools[0]) if same else ())
 
 
+def shared_pieces(sets: list[set[str]]) -> set[str]:
+    """Where a paragraph differs between requests only by the rollout's own text (its working copy's path, the date,
+    a home folder): the runs of at least :data:`SHARED_MIN_CHARS` characters it shares with its closest paragraph
+    in every other request (each such paragraph of the first request against each other request)."""
+    first, others = sets[0], sets[1:]
+    pieces: set[str] = set()
+    for paragraph in sorted(first - set.intersection(*sets)):
+        runs = {paragraph}
+        for other in others:
+            match = max(other, key=lambda o: difflib.SequenceMatcher(None, paragraph, o, autojunk=False).ratio(),
+                        default=None)
+            if match is None:
+                runs = set()
+                break
+            runs = {piece for run in runs for piece in _common_runs(run, match)}
+        pieces |= runs
+    return pieces
+
+
+def _common_runs(a: str, b: str) -> set[str]:
+    """The runs ``a`` and ``b`` share, each cut back to whole words where it meets a difference (so no run ends in
+    the part of a path two rollouts happen to share, which would make the tokenizer depend on this machine)."""
+    runs = set()
+    for m in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+        run = a[m.a:m.a + m.size]
+        if m.a > 0 or m.b > 0:  # starts after a difference: drop the partial word
+            run = run[len(run.split(None, 1)[0]):] if run.strip() and not run[0].isspace() else run
+        if m.a + m.size < len(a) or m.b + m.size < len(b):
+            run = run[:len(run) - len(run.rsplit(None, 1)[-1])] if run.strip() and not run[-1].isspace() else run
+        if len(run.strip()) >= SHARED_MIN_CHARS:
+            runs.add(run.strip())
+    return runs
+
+
 def tool_block_lines(tool_sets: list[list[dict[str, Any]]]) -> set[str]:
     """For requests whose tools differ: the lines of our chat template's tools block (its instructions, one tool
     a line) that every request's block has, and the wrapper of a call of each tool of the first request."""
     from repro.tinymodel.vocab import render_chat, tool_call_pieces
 
     blocks = [render_chat([{"role": "user", "content": "x"}], tools) for tools in tool_sets]
-    common = set.intersection(*({line.strip() for line in block.splitlines()} for block in blocks))
+    lines = [{line.strip() for line in block.splitlines()} for block in blocks]
+    common = set.intersection(*lines) | shared_pieces(lines)
     pieces = {piece for tool in tool_sets[0] for piece in tool_call_pieces(
         tool.get("function", tool)["name"], next(iter(tool.get("function", tool).get("parameters", {}).get(
             "properties", {}) or {"command": None})))}
@@ -133,7 +171,7 @@ def capture_requests(name: str, cfg: Any, n_tasks: int = CAPTURE_TASKS) -> list[
 
 def harness_texts(name: str, cfg: Any, identity: dict[str, Any]) -> CapturedTexts:
     """The captured fixed texts of the harness with ``identity`` (cached by it; captured on first use)."""
-    key = hashlib.sha256(json.dumps({"name": name, "identity": identity}, sort_keys=True,
+    key = hashlib.sha256(json.dumps({"name": name, "identity": identity, "version": TEXTS_VERSION}, sort_keys=True,
                                     default=str).encode()).hexdigest()[:16]
     path = cache_dir() / "harness-texts" / f"{key}.json"
     with locked(path.with_suffix(".lock")):

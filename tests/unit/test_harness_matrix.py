@@ -46,6 +46,34 @@ def test_the_tokenizer_gets_every_harness_texts_once() -> None:
     assert both.tools() == [bash]
 
 
+def test_a_captured_harness_brings_its_own_tools_block_and_calls(monkeypatch) -> None:
+    """A harness whose prompts are built inside it adds its captured texts with its own tools block and call
+    wrappers as texts (its tools are not merged into the mini-SWE-agent tools block, which stays as it was)."""
+    import repro.experiments.harness_matrix as matrix
+    from repro.recipe.harness_texts import CapturedTexts
+    from repro.tinymodel.vocab import tool_call_pieces, tools_block_texts
+
+    terminal = {"type": "function", "function": {"name": "terminal", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}}}}
+    bash = {"type": "function", "function": {"name": "bash"}}
+    captured = CapturedTexts(("You are OpenHands agent.",), (terminal,))
+    monkeypatch.setattr(matrix, "harness_texts", lambda name, cfg, identity: captured)
+    monkeypatch.setattr(matrix, "name_for_config", lambda cfg: "openhands")
+
+    class Agent:
+        def identity(self) -> dict:
+            return {"name": "openhands"}
+
+    mini = Cfg(["system"], [bash])
+    both = matrix.recipe_harness_set({"mswea2": Agent(), "openhands": Agent()}, {"mswea2": mini, "openhands": object()})
+    texts = both.fixed_prompt_texts()
+    assert "system" in texts and "You are OpenHands agent." in texts
+    assert set(tools_block_texts([terminal])) <= set(texts) and set(tool_call_pieces("terminal")) <= set(texts)
+    assert both.tools() == [bash] and both.configs == [mini]
+    alone = matrix.recipe_harness_set({"mswea2": Agent()}, {"mswea2": mini})
+    assert alone.fixed_prompt_texts() == ["system"]  # a mini-only matrix keeps its tokenizer's texts
+
+
 def _tasks(n: int) -> list[Task]:
     return [Task(instance_id=f"t{i}", repo="o/r", base_commit="c", problem_statement="p", patch=f"p{i}")
             for i in range(n)]

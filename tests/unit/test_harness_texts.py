@@ -46,3 +46,11 @@ def test_tools_that_name_a_rollouts_own_path_give_the_lines_they_share() -> None
     assert "/tmp/ws-" not in "".join(texts) and bash_line.endswith("}}")
     assert any(t.startswith('<tool_call>\n{"name": "edit", "arguments": {"path": "') for t in texts)
     assert set(texts) <= set(recipe_added_tokens(texts, captured.tools()))
+
+
+def test_a_paragraph_holding_a_rollouts_path_gives_its_whole_words_around_the_path() -> None:
+    env = "Here is useful information about the environment you run in:\nWorking directory: {}\nPlatform: linux"
+    requests = [{"messages": [{"role": "system", "content": env.format(path)}]}
+                for path in ("/tmp/repro-workspaces-ab12/run-1", "/tmp/repro-workspaces-cd34/run-2")]
+    texts = fixed_texts(requests, DAY).fixed_prompt_texts()
+    assert texts == ["Here is useful information about the environment you run in:\nWorking directory:"]
