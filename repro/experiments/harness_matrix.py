@@ -22,6 +22,7 @@ from typing import Any
 
 from harness_adapters.registry import get_harness, name_for_config
 from repro.common.accounting import Accountant
+from repro.common.configs import split_table_name
 from repro.common.files import weights_sha256
 from repro.common.tracking import tracked
 from repro.evaluation import eval_metrics, write_metrics
@@ -236,7 +237,8 @@ def proxy_vs_rebuilt(prepared: Matrix, matrix: MatrixConfig, warm: dict[str, lis
     slice_arms = {kind: arms[name] | {"after": arms[name]["after"][home]} for kind, name in pair.items()}
     by_version = {prepared.minis[f["trained_in"]].spec.harness.version: f for f in fid.values()}
     metrics = comparison_metrics(mini, warm[home], slice_arms, by_version, rl, started)
-    return metrics | {"experiment": matrix.loop_table, "table": matrix.loop_table, "slice_of": str(prepared.run_dir)}
+    table = split_table_name(matrix.loop_table, mini.cfg.tasks.split)  # a validation run's slice: its own table
+    return metrics | {"experiment": table, "table": table, "slice_of": str(prepared.run_dir)}
 
 
 def write_slice(run_dir: Path, metrics: dict[str, Any]) -> Path:

@@ -183,3 +183,21 @@ def test_the_command_line_joins_the_seeds_and_drops_machine_paths() -> None:
         "experiment=harness_matrix", "run.output_root=/data/out", f"seed={s}", "tasks.n_tasks=9"]} for s in (0, 1, 2)]
     assert command_line(runs) == "repro run -m experiment=harness_matrix tasks.n_tasks=9 seed=0,1,2"
     assert command_line([{"seed": 3, "experiment": "mini_repro"}]) == "repro run -m experiment=mini_repro seed=3"
+
+
+@pytest.mark.parametrize(("split", "table"),
+                         [("test", "loop_comparison"), ("validation", "loop_comparison_validation")])
+def test_the_loop_slice_of_a_validation_run_has_its_own_table(monkeypatch, split: str, table: str) -> None:
+    """A validation run's proxy-vs-rebuilt slice never joins the test split's loop_comparison table."""
+    from types import SimpleNamespace
+
+    import repro.experiments.harness_matrix as matrix
+
+    monkeypatch.setattr(matrix, "comparison_metrics", lambda *args: {"kind": "loop_comparison"})
+    mini = SimpleNamespace(cfg=SimpleNamespace(tasks=SimpleNamespace(split=split)),
+                           spec=SimpleNamespace(harness=SimpleNamespace(version="2.4.6")))
+    prepared = SimpleNamespace(minis={"a": mini}, run_dir=Path("run"))
+    cfg = MatrixConfig({"a": object()}, train_in=["a"], rebuilt_of="a")
+    arms = {"a": {"after": {"a": []}}, REBUILT: {"after": {"a": []}}}
+    sliced = matrix.proxy_vs_rebuilt(prepared, cfg, {"a": []}, arms, {"a": {"trained_in": "a"}}, None, 0.0)
+    assert (sliced["experiment"], sliced["table"]) == (table, table)
