@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import select
 import signal
 import subprocess
 import time
@@ -19,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from repro.common.waiting import readable
 from repro.protocols import HarnessResult, HarnessRollout
 
 TAIL_CHARS = 4000
@@ -66,8 +66,7 @@ def wait_for_exit(pid: int, timeout_s: float) -> bool:
     """Block until ``pid`` exits (True) or ``timeout_s`` passes (False), without reaping it."""
     fd = os.pidfd_open(pid)
     try:
-        readable, _, _ = select.select([fd], [], [], max(timeout_s, 0.0))
-        return bool(readable)
+        return readable(fd, timeout_s)
     finally:
         os.close(fd)
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
-import select
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
 from harness_adapters.processes import kill_tree, tail, wait_for_exit
+from repro.common.waiting import readable
 
 Event = tuple["WorkerProcess", dict[str, Any] | None]  # None: the worker's output ended (it exited)
 
@@ -88,8 +88,7 @@ class WorkerProcess:
             reader.join(timeout=5.0)
 
     def _read_ready(self, timeout_s: float) -> dict[str, Any]:
-        readable, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-        if not readable:
+        if not readable(self.proc.stdout, timeout_s):
             return {"error": f"no ready line within {timeout_s:g} s"}
         line = self.proc.stdout.readline()
         try:

@@ -10,6 +10,7 @@ Built with the kernel's namespaces through ``unshare`` (util-linux: user, mount,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import marshal
 import os
@@ -109,6 +110,10 @@ class ProxyRelay(Closing):
         return upstream
 
     def close(self) -> None:
+        """Stop accepting: the shutdown wakes the thread blocked in ``accept`` (a close alone leaves it there,
+        holding its socket), then close."""
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)
         self.server.close()
 
 

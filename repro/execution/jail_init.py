@@ -216,6 +216,19 @@ def pipe(a: socket.socket, b: socket.socket) -> None:
                 pass
 
 
+def connection(client: socket.socket, upstream: socket.socket) -> None:
+    """One relayed connection both ways; both sockets closed once both directions ended (closed here, after the
+    other direction's thread is joined, so no thread uses a descriptor number the process may have reused)."""
+    import threading
+
+    back = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
+    back.start()
+    pipe(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
+
+
 def relay(port: int, socket_path: str) -> None:
     """Listen on 127.0.0.1:``port`` (this namespace's loopback); pipe each connection to ``socket_path``."""
     import socket
@@ -253,8 +266,7 @@ def serve_relay(server: socket.socket, connect: Callable[[], socket.socket]) -> 
         except OSError:
             client.close()
             continue
-        for a, b in ((client, upstream), (upstream, client)):
-            threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+        threading.Thread(target=connection, args=(client, upstream), daemon=True).start()
 
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000

@@ -18,7 +18,6 @@ import atexit
 import contextlib
 import json
 import os
-import select
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.common.lifecycle import Closing
+from repro.common.waiting import readable
 from repro.execution.limits import CommandResult, ResourceLimits, clean_env, kill_session, rlimits
 
 ZYGOTE = Path(__file__).with_name("pytest_zygote_main.py")
@@ -63,7 +63,7 @@ class PytestServer(Closing):
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not readable(fd, left):
                 return {}
             chunk = os.read(fd, 65536)
             if not chunk:

@@ -102,3 +102,33 @@ def test_a_machine_that_allows_namespaces_but_refuses_the_jails_mounts_has_no_ja
     refusing.write_text("import sys; sys.stderr.write('mount none -> /: Operation not permitted\\n'); sys.exit(1)\n")
     monkeypatch.setattr(jail_module, "INIT", refusing)
     assert jail_module._trial_jail() == "a trial jail failed (exit 1): mount none -> /: Operation not permitted"
+
+
+def test_a_closed_jail_leaves_no_relay_thread_or_socket_behind(tmp_path: Path) -> None:
+    """Thousands of rollouts a run, each with a jail: closing one stops its relay thread and closes every socket of
+    the connections it relayed (before, each left its accept thread and sockets, and a long run ran out of room)."""
+    import os
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    threading.Thread(target=lambda: [server.accept()[0].close() for _ in range(6)], daemon=True).start()
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = fds()
+    for _ in range(3):
+        with Jail(read_write=[str(tmp_path)], proxy_url=f"http://127.0.0.1:{port}") as jail:
+            assert jail.relay is not None
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:  # one relayed connection
+                client.connect(jail.relay.path)
+                assert client.recv(1) == b""  # the upstream closed: the relay ends the connection
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (fds() > before
+                                           or any(t.name == "jail-relay" for t in threading.enumerate())):
+        time.sleep(0.05)
+    assert not [t.name for t in threading.enumerate() if t.name == "jail-relay"]
+    assert fds() <= before
+    server.close()
