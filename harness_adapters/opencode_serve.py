@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from harness_adapters.processes import kill_tree
+from repro.common.accounting import process_tree_cpu_s
 from repro.common.lifecycle import Closing
 from repro.common.net import free_port
 
@@ -85,19 +85,7 @@ class OpenCodeServer(Closing):
 
     def cpu_seconds(self) -> float:
         """CPU seconds of the server and its live children (plus children it reaped)."""
-        if self.proc is None:
-            return 0.0
-        try:
-            root = psutil.Process(self.proc.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return 0.0
-        total = 0.0
-        for proc in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                t = proc.cpu_times()
-                total += t.user + t.system + t.children_user + t.children_system
-        return total
+        return process_tree_cpu_s(self.proc.pid if self.proc is not None else None)
 
     def run(self, workdir: Path, config: bytes, task: str, agent: str, model: dict[str, str],
             timeout_s: float) -> ServedRollout:

@@ -59,6 +59,23 @@ def _live_cpu_s(proc: psutil.Process) -> float:
     return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
 
 
+def process_tree(pid: int | None) -> list[psutil.Process]:
+    """``pid`` and its live descendants (empty when it is gone or None)."""
+    if pid is None:
+        return []
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def process_tree_cpu_s(pid: int | None) -> float:
+    """CPU seconds of another process ``pid`` and its live descendants, each with its reaped children (0 when
+    gone): a server this process started, read around the work it did."""
+    return sum(_live_cpu_s(proc) for proc in process_tree(pid))
+
+
 def tree_cpu_seconds() -> float:
     """CPU seconds used so far by this process, its reaped children and its live descendants (see module doc)."""
     me = psutil.Process()

@@ -125,37 +125,14 @@ def tool_block_lines(tool_sets: list[list[dict[str, Any]]]) -> set[str]:
 def capture_requests(name: str, cfg: Any, n_tasks: int = CAPTURE_TASKS) -> list[dict[str, Any]]:
     """The first policy request of each of ``n_tasks`` rollouts of the harness ``name`` (config ``cfg``)."""
     from harness_adapters.registry import get_harness
-    from repro.proxy import ProxyConfig
-    from repro.rl.evaluator import EvalConfig, build_spec, eval_options
-    from repro.rl.rollouts import RolloutRunner
-    from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-    from repro.serving.stack import CpuServingConfig, running_stack
+    from repro.recipe.expert_runs import expert_stack, locate_tasks, run_tasks
     from repro.store import open_store
-    from repro.tasks.distributions import TaskDistributionConfig, build_distribution
-    from repro.tasks.loaders import write_tasks
-    from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 
-    tasks = build_distribution(TaskDistributionConfig(seed=0, split="train", n_tasks=n_tasks, families=["procedural"],
-                                                      operators=["recipe"], difficulty="locate"))
+    tasks = locate_tasks(n_tasks)
     with tempfile.TemporaryDirectory(prefix="repro-capture-") as tmp:
         root = Path(tmp)
-        model_dir = build_tiny_model(root / "model", TinyModelConfig(vocab_size=1024), [])
-        ev = EvalConfig(experiment="capture", max_tokens=256, concurrency=1)
-        sandbox = LocalSandbox(LocalSandboxConfig())
-        try:
-            with get_harness(name, cfg) as harness, running_stack(
-                    model_dir, CpuServingConfig(), ProxyConfig(port=0), root,
-                    expert_tasks=write_tasks(tasks, root / "tasks.jsonl"),
-                    server_overrides={"max_model_len": 131072}) as stack:
-                spec = build_spec(harness, "bundled", tasks, LocalSandboxConfig(), ev, 0, stack.served_model_name)
-                runner = RolloutRunner(root / "run", root / "traces.sqlite", eval_options(spec, ev), tasks, stack,
-                                       harness, sandbox, stack.served_model_name)
-                try:
-                    reports = runner.run()
-                finally:
-                    runner.close()
-        finally:
-            sandbox.close()
+        with get_harness(name, cfg) as harness, expert_stack(tasks, root) as stack:
+            reports = run_tasks(harness, stack, tasks, root / "run", root / "traces.sqlite", experiment="capture")
         store = open_store(root / "traces.sqlite")
         try:
             firsts = [next((c.request for c in store.calls(r.rollout_id) if c.purpose == "policy"), None)

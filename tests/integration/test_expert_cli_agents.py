@@ -14,19 +14,11 @@ import pytest
 
 from harness_adapters.node_cli_env import SPECS
 from harness_adapters.registry import get_harness
-from repro.proxy import ProxyConfig
-from repro.rl.evaluator import EvalConfig, build_spec, eval_options
-from repro.rl.rollouts import RolloutRunner
-from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-from repro.serving.stack import CpuServingConfig, running_stack
+from repro.recipe.expert_runs import expert_stack, locate_tasks, run_tasks
 from repro.store import open_store
-from repro.tasks.distributions import TaskDistributionConfig, build_distribution
-from repro.tasks.loaders import write_tasks
-from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 from tests.support import installed_node_cli
 
-TASKS = TaskDistributionConfig(seed=0, split="train", n_tasks=2, families=["procedural"], operators=["recipe"],
-                               difficulty="locate")
+N_TASKS = 2
 # harness -> (the API it speaks, its shell tool, the argument that takes the command)
 CLIS = {"claude-code": ("messages", "Bash", "command"),
         "codex": ("responses", "exec_command", "cmd"),
@@ -38,24 +30,9 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     name = request.param
     installed_node_cli(SPECS[name])  # skipped (one line why) where npm cannot install it; CI requires it
     root = tmp_path_factory.mktemp(name)
-    tasks = build_distribution(TASKS)
-    tasks_jsonl = write_tasks(tasks, root / "tasks.jsonl")
-    model_dir = build_tiny_model(root / "model", TinyModelConfig(vocab_size=1024), [])
-    ev = EvalConfig(experiment=name, max_tokens=256, concurrency=1)
-    sandbox = LocalSandbox(LocalSandboxConfig())
-    try:
-        with get_harness(name) as harness, running_stack(
-                model_dir, CpuServingConfig(), ProxyConfig(port=0), root, expert_tasks=tasks_jsonl,
-                server_overrides={"max_model_len": 131072}) as stack:
-            spec = build_spec(harness, "bundled", tasks, LocalSandboxConfig(), ev, 0, stack.served_model_name)
-            runner = RolloutRunner(root / "run", root / "traces.sqlite", eval_options(spec, ev), tasks, stack,
-                                   harness, sandbox, stack.served_model_name)
-            try:
-                reports = runner.run()
-            finally:
-                runner.close()
-    finally:
-        sandbox.close()
+    tasks = locate_tasks(N_TASKS)
+    with get_harness(name) as harness, expert_stack(tasks, root) as stack:
+        reports = run_tasks(harness, stack, tasks, root / "run", root / "traces.sqlite", experiment=name)
     store = open_store(root / "traces.sqlite")
     calls = {r.rollout_id: [c for c in store.calls(r.rollout_id) if c.purpose == "policy"] for r in reports}
     store.close()
@@ -63,7 +40,7 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 
 def test_the_expert_resolves_every_task_through_the_cli(run: dict[str, Any]) -> None:
-    assert len(run["reports"]) == TASKS.n_tasks
+    assert len(run["reports"]) == N_TASKS
     for report in run["reports"]:
         assert report.harness_status == "finished", (report.instance_id, report.harness_reason)
         assert report.outcome == "resolved", (report.instance_id, report.reason)

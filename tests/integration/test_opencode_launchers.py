@@ -16,56 +16,37 @@ import pytest
 from harness_adapters.opencode import OpenCodeConfig
 from harness_adapters.opencode_env import ensure_opencode_env
 from harness_adapters.registry import get_harness
-from repro.proxy import ProxyConfig
-from repro.rl.evaluator import EvalConfig, build_spec, eval_options
-from repro.rl.rollouts import RolloutRunner
-from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-from repro.serving.stack import CpuServingConfig, running_stack
+from repro.recipe.expert_runs import expert_stack, locate_tasks, run_tasks
+from repro.rl.evaluator import EvalConfig, build_spec
+from repro.sandbox.local import LocalSandboxConfig
 from repro.store import open_store
-from repro.tasks.distributions import TaskDistributionConfig, build_distribution
-from repro.tasks.loaders import write_tasks
-from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 
-TASKS = TaskDistributionConfig(seed=0, split="train", n_tasks=2, families=["procedural"], operators=["recipe"],
-                               difficulty="locate")
+N_TASKS = 2
 LAUNCHERS = ("run", "serve")
 
 
-def _launch(launcher: str, root: Path, tasks: list, tasks_jsonl: Path, model_dir: Path) -> dict[str, Any]:
-    root.mkdir(parents=True)
+def _launch(launcher: str, root: Path, tasks: list) -> dict[str, Any]:
     cfg = OpenCodeConfig(output_limit=256, isolation="none", launcher=launcher)
-    ev = EvalConfig(experiment="opencode", max_tokens=256, concurrency=2)
-    sandbox = LocalSandbox(LocalSandboxConfig())
-    try:
-        with get_harness("opencode", cfg) as harness, running_stack(
-                model_dir, CpuServingConfig(), ProxyConfig(port=0), root, expert_tasks=tasks_jsonl,
-                server_overrides={"max_model_len": 65536}) as stack:
-            spec = build_spec(harness, "bundled", tasks, LocalSandboxConfig(), ev, 0, stack.served_model_name)
-            runner = RolloutRunner(root / "run", root / "traces.sqlite", eval_options(spec, ev), tasks, stack,
-                                   harness, sandbox, stack.served_model_name)
-            try:
-                reports = runner.run()
-            finally:
-                runner.close()
-    finally:
-        sandbox.close()
+    with get_harness("opencode", cfg) as harness, expert_stack(tasks, root) as stack:
+        reports = run_tasks(harness, stack, tasks, root / "run", root / "traces.sqlite", experiment="opencode",
+                            concurrency=2)
+        fingerprint = build_spec(harness, "bundled", tasks, LocalSandboxConfig(), EvalConfig(experiment="opencode",
+                                 max_tokens=256, concurrency=2), 0, stack.served_model_name).fingerprint()
     store = open_store(root / "traces.sqlite")
     calls = {r.instance_id: store.calls(r.rollout_id) for r in reports}
     store.close()
     records = {r.instance_id: json.loads((root / "run" / "harness" / r.rollout_id / "harness_run.json").read_text())
                for r in reports}
     return {"reports": {r.instance_id: r for r in reports}, "calls": calls, "records": records,
-            "fingerprint": spec.fingerprint()}
+            "fingerprint": fingerprint}
 
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     ensure_opencode_env(OpenCodeConfig().version)
     root = tmp_path_factory.mktemp("opencode-serve")
-    tasks = build_distribution(TASKS)
-    tasks_jsonl = write_tasks(tasks, root / "tasks.jsonl")
-    model_dir = build_tiny_model(root / "model", TinyModelConfig(vocab_size=1024), [])
-    return {launcher: _launch(launcher, root / launcher, tasks, tasks_jsonl, model_dir) for launcher in LAUNCHERS}
+    tasks = locate_tasks(N_TASKS)
+    return {launcher: _launch(launcher, root / launcher, tasks) for launcher in LAUNCHERS}
 
 
 WORKDIR = re.compile(r'[^"\s\\]*repro-workspaces-[^/"\s\\]+/[^/"\s\\]+')  # a rollout's working copy
@@ -85,7 +66,7 @@ def _workdir_free(calls: list[Any]) -> list[dict[str, Any]]:
 
 def test_both_launchers_resolve_every_task(launched: dict[str, dict[str, Any]]) -> None:
     for launcher, run in launched.items():
-        assert len(run["reports"]) == TASKS.n_tasks
+        assert len(run["reports"]) == N_TASKS
         for report in run["reports"].values():
             assert report.harness_status == "finished", (launcher, report.harness_reason)
             assert report.outcome == "resolved", (launcher, report.reason)

@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from repro.common.accounting import Accountant
+from repro.common.accounting import Accountant, process_tree
 from repro.evaluation import pass_at_1, write_metrics
 from repro.recipe.miniature import ArmConfig, Miniature, MiniatureConfig, prepared_miniature
 from repro.report.engines_table import engines_markdown
@@ -72,15 +72,8 @@ class RssSampler:
 
 def tree_rss_mb(pid: int | None) -> float:
     """RSS of ``pid`` and its descendants in MiB (0 when gone)."""
-    if pid is None:
-        return 0.0
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
     total = 0
-    for proc in procs:
+    for proc in process_tree(pid):
         try:
             total += proc.memory_info().rss
         except psutil.Error:

@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
+from repro.common.accounting import process_tree_cpu_s, tree_cpu_seconds
+from repro.recipe.expert_runs import expert_stack, locate_tasks, run_tasks
 
-from repro.common.accounting import tree_cpu_seconds
-
+EXPERIMENT = "bench_harnesses"
 ARMS = [  # label, registry name, config overrides
     {"label": "mini-SWE-agent 2.4.6 (worker pool)", "harness": "mini_swe_agent", "config": {}},
 ]
@@ -43,63 +43,19 @@ class HarnessBenchConfig:
     max_tokens: int = 256
 
 
-def _server_cpu(pid: int | None) -> float:
-    if pid is None:
-        return 0.0
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
-    total = 0.0
-    for proc in procs:
-        try:
-            times = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
-
-
-def _tasks(cfg: HarnessBenchConfig) -> list[Any]:
-    from repro.tasks.distributions import TaskDistributionConfig, build_distribution
-
-    return build_distribution(TaskDistributionConfig(
-        seed=cfg.task_seed, split="train", n_tasks=cfg.warmup + cfg.rollouts, families=["procedural"],
-        operators=["recipe"], difficulty="locate"))
-
-
-def _run(harness: Any, stack: Any, tasks: list[Any], folder: Path, store: Path, cfg: HarnessBenchConfig) -> list[Any]:
-    """``tasks`` through ``harness``, one at a time, recorded in the proxy's ``store``; their instance reports."""
-    from repro.rl.evaluator import EvalConfig, build_spec, eval_options
-    from repro.rl.rollouts import RolloutRunner
-    from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
-
-    ev = EvalConfig(experiment="bench_harnesses", max_tokens=cfg.max_tokens, concurrency=1)
-    sandbox = LocalSandbox(LocalSandboxConfig())
-    try:
-        spec = build_spec(harness, "bundled", tasks, LocalSandboxConfig(), ev, 0, stack.served_model_name)
-        runner = RolloutRunner(folder, store, eval_options(spec, ev), tasks, stack, harness, sandbox,
-                               stack.served_model_name)
-        try:
-            return runner.run()
-        finally:
-            runner.close()
-    finally:
-        sandbox.close()
-
-
 def measure_arm(arm: dict[str, Any], stack: Any, tasks: list[Any], folder: Path, store: Path,
                 cfg: HarnessBenchConfig) -> dict[str, Any]:
     """One arm: its warm-up, then its measured rollouts, with the CPU and wall each took."""
     from harness_adapters.registry import get_harness
 
-    started = (time.monotonic(), tree_cpu_seconds(), _server_cpu(stack.server_pid))
+    started = (time.monotonic(), tree_cpu_seconds(), process_tree_cpu_s(stack.server_pid))
     with get_harness(arm["harness"], arm.get("config") or None, **(arm.get("kwargs") or {})) as harness:
-        _run(harness, stack, tasks[:cfg.warmup], folder / "warmup", store, cfg)
-        warm = (time.monotonic(), tree_cpu_seconds(), _server_cpu(stack.server_pid))
-        reports = _run(harness, stack, tasks[cfg.warmup:], folder / "measured", store, cfg)
-        done = (time.monotonic(), tree_cpu_seconds(), _server_cpu(stack.server_pid))
+        run_tasks(harness, stack, tasks[:cfg.warmup], folder / "warmup", store, experiment=EXPERIMENT,
+                  max_tokens=cfg.max_tokens)
+        warm = (time.monotonic(), tree_cpu_seconds(), process_tree_cpu_s(stack.server_pid))
+        reports = run_tasks(harness, stack, tasks[cfg.warmup:], folder / "measured", store, experiment=EXPERIMENT,
+                            max_tokens=cfg.max_tokens)
+        done = (time.monotonic(), tree_cpu_seconds(), process_tree_cpu_s(stack.server_pid))
         identity = harness.identity()
     n = len(reports)
     total, server = done[1] - warm[1], done[2] - warm[2]
@@ -124,19 +80,12 @@ def _isolation(identity: dict[str, Any]) -> str:
 
 def bench_harnesses_job(bench: HarnessBenchConfig, run_dir: Path) -> dict[str, Any]:
     """Every arm on one expert server and proxy; writes ``metrics.json`` (kind ``harness_bench``), prints the table."""
-    from repro.proxy import ProxyConfig
     from repro.report.harness_bench_table import harness_bench_markdown
-    from repro.serving.stack import CpuServingConfig, running_stack
-    from repro.tasks.loaders import write_tasks
-    from repro.tinymodel.model import TinyModelConfig, build_tiny_model
 
     run_dir, started = Path(run_dir), time.time()
-    tasks = _tasks(bench)
-    tasks_jsonl = write_tasks(tasks, run_dir / "tasks.jsonl")
-    model_dir = build_tiny_model(run_dir / "model", TinyModelConfig(vocab_size=1024), [])
+    tasks = locate_tasks(bench.warmup + bench.rollouts, bench.task_seed)
     arms = []
-    with running_stack(model_dir, CpuServingConfig(), ProxyConfig(port=0), run_dir, expert_tasks=tasks_jsonl,
-                       server_overrides={"max_model_len": 131072}) as stack:
+    with expert_stack(tasks, run_dir) as stack:
         for i, arm in enumerate(bench.arms):
             arms.append(measure_arm(arm, stack, tasks, run_dir / f"arm{i}", run_dir / "traces.sqlite", bench))
             print(json.dumps(arms[-1]), flush=True)
