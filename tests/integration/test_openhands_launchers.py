@@ -114,7 +114,7 @@ def _finished(result: HarnessResult, launcher: str) -> None:
     assert result.info["launcher"] == launcher
 
 
-@pytest.mark.parametrize("isolation", ["auto", "none"])
+@pytest.mark.parametrize("isolation", ["auto", pytest.param("none", marks=pytest.mark.slow)])
 def test_fork_and_exec_send_the_same_requests(stack: dict, isolation: str) -> None:
     runs = {launcher: run_set(stack, f"{launcher}-{isolation}", OpenHandsConfig(
         max_iterations=6, condenser="none", isolation=isolation, launcher=launcher)) for launcher in ("exec", "fork")}
