@@ -130,6 +130,18 @@ class Matrix:
         return out
 
 
+def first_harness_base(model: Any, matrix: MatrixConfig, train_list: list[Any], ws: Any) -> Path | None:
+    """The first harness's own recipe model (the one its single-harness run builds), when the mixed warm start
+    starts from that harness's warm start (``warm_start.mix_init: first_harness``); else None."""
+    if ws.mix_init != "first_harness":
+        return None
+    first = next(iter(matrix.harnesses.values()))
+    if not isinstance(first, RecipeHarness):
+        raise ValueError("warm_start.mix_init=first_harness starts from a mini-SWE-agent warm start: list a "
+                         "mini-SWE-agent harness first in matrix.harnesses")
+    return build_recipe_model(model, first, train_list, platform_line=bool(getattr(first, "platform", None)))
+
+
 @contextlib.contextmanager
 def prepared_matrix(cfg: MiniatureConfig, matrix: MatrixConfig, run_dir: Path) -> Iterator[Matrix]:
     """Task sets, every harness live, the recipe model, the mixed warm start and each harness's frozen spec."""
@@ -147,9 +159,10 @@ def prepared_matrix(cfg: MiniatureConfig, matrix: MatrixConfig, run_dir: Path) -
             with acct.phase("setup"):  # pinned platform lines (harness.platform) are recipe tokens on every machine
                 base = build_recipe_model(setup.model, harnesses, train_list,
                                           platform_line=all(getattr(c, "platform", None) for c in harnesses.configs))
+                first = first_harness_base(setup.model, matrix, train_list, cfg.warm_start)
             runs = [WarmStartRun(dataclasses.replace(setup, harness=matrix.harnesses[n]), agent, box,
                                  run_dir / f"demos_{n}") for n, agent in agents.items()]
-            warm_dir, warm = mixed_warm_start(runs, base, demo_tasks, cfg.warm_start, acct)
+            warm_dir, warm = mixed_warm_start(runs, base, demo_tasks, cfg.warm_start, acct, first)
             note = "reused from the cache" if warm["cached"] else f"built from {warm['demo_rollouts']} demonstrations"
             print(f"warm start {warm['key']}: {note}, weights sha256 {warm['weights_sha256'][:12]}", flush=True)
             grades, minis = GradeCache(), {}

@@ -55,6 +55,11 @@ class WarmStartConfig:
     max_tokens: int = 0  # > 0: forced on every demonstration call (a harness asking for more than the context has)
     sft: SftConfig = field(default_factory=SftConfig)
     use_cache: bool = True
+    # several harnesses (repro.recipe.warm_start_mix): "random" trains the base model on every harness's rows;
+    # "first_harness" starts from the first harness's own warm start on all the demonstration tasks (cached, the
+    # checkpoint a single-harness run makes) and trains it on every harness's rows with sft and mix_sft's changes
+    mix_init: str = "random"
+    mix_sft: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -2,12 +2,22 @@
 on its own share of the demonstration tasks (task i goes to harness i mod H), then one SFT run on all their rows.
 Each harness's demonstrations are cached by their own key (:func:`~repro.recipe.warm_start.demos_key`), the
 checkpoint by a key over every source (:func:`mix_key`); a single source is :func:`~repro.recipe.warm_start.
-warm_start` itself, with its key."""
+warm_start` itself, with its key.
+
+With ``mix_init: first_harness`` the SFT starts from the first harness's own warm start on all the demonstration
+tasks (the checkpoint a single-harness run of the same settings makes and caches), its weights carried into the
+mixed recipe tokenizer by token text (:mod:`repro.tinymodel.transfer`): a tiny model learns to copy a line number
+and code from an observation only after thousands of steps, and a model that copies in one harness learns the
+others' formats in a few hundred. Its held-out rows then include the first harness's rows that the first stage
+trained on: the score is a diagnostic there, not a gate."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +39,9 @@ from repro.recipe.warm_start import (
     warm_start,
 )
 from repro.tasks.schema import Task
+from repro.tinymodel.transfer import carry_weights
+
+MIX_INITS = ("random", "first_harness")
 
 
 def shares(tasks: list[Task], n: int) -> list[list[Task]]:
@@ -36,31 +49,51 @@ def shares(tasks: list[Task], n: int) -> list[list[Task]]:
     return [tasks[i::n] for i in range(n)]
 
 
-def mix_key(base_model: Path, sources: list[tuple[dict[str, Any], str, list[Task]]], cfg: WarmStartConfig) -> str:
+def mixed_sft(cfg: WarmStartConfig) -> WarmStartConfig:
+    """``cfg`` with the SFT settings of the mixed run: ``sft`` changed by ``mix_sft`` (which needs ``mix_init``)."""
+    if cfg.mix_init not in MIX_INITS:
+        raise ValueError(f"warm_start.mix_init must be one of {MIX_INITS}, got {cfg.mix_init!r}")
+    if not cfg.mix_sft:
+        return cfg
+    if cfg.mix_init == "random":
+        raise ValueError("warm_start.mix_sft changes the SFT of a warm start that starts from the first harness's: "
+                         "set warm_start.mix_init=first_harness, or change warm_start.sft itself")
+    unknown = sorted(set(cfg.mix_sft) - {f.name for f in dataclasses.fields(cfg.sft)})
+    if unknown:
+        raise ValueError(f"warm_start.mix_sft names settings SftConfig does not have: {unknown}")
+    return dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, **dict(cfg.mix_sft)))
+
+
+def mix_key(base_model: Path, sources: list[tuple[dict[str, Any], str, list[Task]]], cfg: WarmStartConfig,
+            init_key: str = "") -> str:
     """Hash of everything that determines a warm start from several sources, each (harness identity, platform
-    line, its demonstration tasks)."""
+    line, its demonstration tasks); ``init_key``: the warm start it starts from (``mix_init: first_harness``)."""
     digest = hashlib.sha256()
     digest.update((Path(base_model) / "repro_model.json").read_bytes())
     for identity, platform_text, tasks in sources:
         digest.update(json.dumps({"harness": identity, "platform": platform_text}, sort_keys=True,
                                  default=str).encode())
         hash_tasks(digest, tasks)
-    payload = {"expert": EXPERT_VERSION, "mode": cfg.sample_mode, "sft": sft_identity(cfg.sft),
+    payload = {"expert": EXPERT_VERSION, "mode": cfg.sample_mode, "sft": sft_identity(mixed_sft(cfg).sft),
                "sft_data": SFT_DATA_VERSION, "slip": [cfg.expert_slip_rate, cfg.expert_slip_seed,
                                                       *cfg.expert_slip_operators], "max_tokens": cfg.max_tokens}
+    if init_key:  # absent for a random start: the keys of mixed warm starts made before the option stay valid
+        payload["init"] = init_key
     digest.update(json.dumps(payload, sort_keys=True, default=str).encode())
     return "mix-" + digest.hexdigest()[:16]
 
 
 def mixed_warm_start(runs: list[WarmStartRun], base_model: Path, tasks: list[Task], cfg: WarmStartConfig,
-                     accountant: Any) -> tuple[Path, dict[str, Any]]:
+                     accountant: Any, first_base: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """The warm start from demonstrations through every harness of ``runs`` (each recording into its own run
-    folder), built or reused from the cache; what it took."""
+    folder), built or reused from the cache; what it took. ``first_base``: the base model of the first harness
+    alone (its own recipe tokenizer), which ``mix_init: first_harness`` needs."""
     if len(runs) == 1:
         return warm_start(runs[0], base_model, tasks, cfg, accountant)
+    init_dir, init = first_harness_start(runs[0], first_base, tasks, cfg, accountant)
     sources = [(run.agent.identity(), prompt_platform(getattr(run.agent, "cfg", None)), share)
                for run, share in zip(runs, shares(tasks, len(runs)), strict=True)]
-    out = cache_dir() / "warm_start" / f"warm-{mix_key(base_model, sources, cfg)}"
+    out = cache_dir() / "warm_start" / f"warm-{mix_key(base_model, sources, cfg, init.get('key', ''))}"
     cached = cached_warm_start(out, cfg)
     if cached is not None:
         return cached
@@ -73,8 +106,34 @@ def mixed_warm_start(runs: list[WarmStartRun], base_model: Path, tasks: list[Tas
         rows += source_rows
         per_source.append({"harness": harness, "demos_key": rows_key, "demo_tasks": len(share),
                            "demo_rollouts": n_rollouts, "rows": len(source_rows), "demos_cached": cached_rows})
-    sft = train_sft(runs[0], base_model, rows, cfg, out, accountant)
+    start = base_model
+    if init_dir is not None:
+        start = out.with_name(out.name + f".init{os.getpid()}")
+        init["carried"] = carry_weights(init_dir, base_model, start)
+    sft = train_sft(runs[0], start, rows, mixed_sft(cfg), out, accountant)
+    if init_dir is not None:
+        shutil.rmtree(start, ignore_errors=True)
     stats = {"key": out.name.removeprefix("warm-"), "sources": per_source, "demo_tasks": len(tasks),
              "demo_rollouts": sum(s["demo_rollouts"] for s in per_source), "sft": sft,
-             "demos_cached": all(s["demos_cached"] for s in per_source), **row_tokens(rows)}
+             "demos_cached": all(s["demos_cached"] for s in per_source), **row_tokens(rows),
+             **({"init": init} if init_dir is not None else {})}
     return publish(out, stats)
+
+
+def first_harness_start(run: WarmStartRun, first_base: Path | None, tasks: list[Task], cfg: WarmStartConfig,
+                        accountant: Any) -> tuple[Path | None, dict[str, Any]]:
+    """For ``mix_init: first_harness``, the first harness's own warm start on ``tasks`` (built or reused) and its
+    summary; else ``(None, {})``."""
+    mixed_sft(cfg)  # a bad mix_init or mix_sft fails here, before any demonstration runs
+    if cfg.mix_init != "first_harness":
+        return None, {}
+    if first_base is None:
+        raise ValueError("warm_start.mix_init=first_harness needs the first harness's own base model")
+    print("phase warm_start: the first harness's own warm start, which the mixed one starts from", flush=True)
+    init_dir, init = warm_start(run, first_base, tasks, cfg, accountant)
+    holdout = init.get("sft", {}).get("holdout", {}).get("final", {})
+    print(f"warm start {init['key']} (the first harness's own): {'reused' if init['cached'] else 'built'}, "
+          f"{init.get('sft', {}).get('steps')} steps, {holdout.get('later_actions', 0):.1%} of held-out later "
+          f"actions reproduced", flush=True)
+    return init_dir, {"key": init["key"], "cached": init["cached"], "weights_sha256": init["weights_sha256"],
+                      "steps": init.get("sft", {}).get("steps"), "later_actions": holdout.get("later_actions")}

@@ -162,7 +162,7 @@ def sft_train(model_dir: Path, rows: Sequence[TrainingRow], out_dir: Path, cfg: 
     gate = gated_decay(planned, cfg.warmup_steps, cfg.decay_fraction, cfg.min_lr_ratio, metric[1],
                        cfg.max_steps_factor, metric[0]) if metric else None
     args = trl_args(cfg, len(rows), Path(out_dir).with_name(Path(out_dir).name + ".trainer"), report_to, run_name,
-                    gate.max_steps if gate else None)
+                    gate.max_steps if gate else planned)  # planned: the held-out rows already left out, once
     trainer_class = LabelledLogitsSFTTrainer if cfg.labelled_logits else SFTTrainer
     if gate:
         trainer_class = with_gated_schedule(trainer_class)

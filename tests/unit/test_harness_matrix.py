@@ -9,7 +9,7 @@ import pytest
 
 from repro.experiments.harness_matrix import REBUILT, HarnessSet, MatrixConfig
 from repro.recipe.warm_start import WarmStartConfig
-from repro.recipe.warm_start_mix import mix_key, shares
+from repro.recipe.warm_start_mix import mix_key, mixed_sft, shares
 from repro.tasks.schema import Task
 
 
@@ -95,6 +95,24 @@ def test_the_mixed_key_changes_with_any_source_and_with_sft(tmp_path: Path) -> N
     other = WarmStartConfig()
     other.sft.learning_rate = 1e-3
     assert mix_key(tmp_path, sources, other) != key
+    staged = WarmStartConfig(mix_init="first_harness", mix_sft={"epochs": 2.0})
+    assert mix_key(tmp_path, sources, staged, "warm-a") != mix_key(tmp_path, sources, staged, "warm-b")
+    assert mix_key(tmp_path, sources, WarmStartConfig(mix_init="first_harness"), "warm-a") != \
+        mix_key(tmp_path, sources, staged, "warm-a")  # the mixed run's own SFT settings are in its key
+
+
+def test_the_mixed_sft_changes_only_what_mix_sft_names_and_needs_a_first_harness_start() -> None:
+    cfg = WarmStartConfig(mix_init="first_harness", mix_sft={"epochs": 2.0, "decay_at_reproduced": 0.0})
+    cfg.sft.decay_at_reproduced, cfg.sft.learning_rate = 0.1, 1e-3
+    mixed = mixed_sft(cfg).sft
+    assert (mixed.epochs, mixed.decay_at_reproduced, mixed.learning_rate) == (2.0, 0.0, 1e-3)
+    assert cfg.sft.epochs != 2.0  # the first harness's own warm start keeps its settings
+    with pytest.raises(ValueError, match="mix_init=first_harness"):
+        mixed_sft(WarmStartConfig(mix_sft={"epochs": 2.0}))
+    with pytest.raises(ValueError, match="does not have"):
+        mixed_sft(WarmStartConfig(mix_init="first_harness", mix_sft={"epoch": 2.0}))
+    with pytest.raises(ValueError, match="mix_init must be one of"):
+        mixed_sft(WarmStartConfig(mix_init="first"))
 
 
 def _evaluation(values: dict[str, float]) -> dict:

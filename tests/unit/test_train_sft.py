@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from repro.train.config import SftConfig
-from repro.train.sft import IGNORE_INDEX, LabelledLogitsSFTTrainer, rows_dataset, sft_train
+from repro.train.sft import IGNORE_INDEX, LabelledLogitsSFTTrainer, rows_dataset, sft_steps, sft_train
 
 
 @dataclass
@@ -58,6 +58,13 @@ def test_sft_fits_the_demonstrated_completion(tiny_model_dir: Path, tmp_path: Pa
         logits = model(input_ids=torch.tensor([prompt + answer[:-1]])).logits[0, len(prompt) - 1 :]
     assert logits.argmax(-1).tolist() == answer
     assert (tmp_path / "warm" / "tokenizer.json").exists()
+
+
+def test_a_fixed_schedule_with_held_out_rows_runs_the_steps_it_plans(tiny_model_dir: Path, tmp_path: Path) -> None:
+    rows = [Demo(list(range(10, 20)), [0] * 5 + [1] * 5)] * 100
+    cfg = SftConfig(epochs=2, batch_size=8, warmup_steps=1, holdout_every=4, holdout_steps=100)
+    stats = sft_train(tiny_model_dir, rows, tmp_path / "warm", cfg)
+    assert stats["rows"] == 75 and stats["steps"] == 19 == sft_steps(cfg, 100)  # ceil(75 * 2 / 8): 25 held out once
 
 
 def _padded_tokens(model_dir: Path, work: Path, rows: list[Demo], sampling: str) -> int:
