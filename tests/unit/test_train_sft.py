@@ -61,10 +61,10 @@ def test_sft_fits_the_demonstrated_completion(tiny_model_dir: Path, tmp_path: Pa
 
 
 def test_a_fixed_schedule_with_held_out_rows_runs_the_steps_it_plans(tiny_model_dir: Path, tmp_path: Path) -> None:
-    rows = [Demo(list(range(10, 20)), [0] * 5 + [1] * 5)] * 100
-    cfg = SftConfig(epochs=2, batch_size=8, warmup_steps=1, holdout_every=4, holdout_steps=100)
+    rows = [Demo(list(range(10, 20)), [0] * 5 + [1] * 5)] * 20
+    cfg = SftConfig(epochs=1, batch_size=4, warmup_steps=1, holdout_every=4, holdout_steps=100)
     stats = sft_train(tiny_model_dir, rows, tmp_path / "warm", cfg)
-    assert stats["rows"] == 75 and stats["steps"] == 19 == sft_steps(cfg, 100)  # ceil(75 * 2 / 8): 25 held out once
+    assert stats["rows"] == 15 and stats["steps"] == 4 == sft_steps(cfg, 20)  # ceil(15 / 4): 5 held out, once
 
 
 def _padded_tokens(model_dir: Path, work: Path, rows: list[Demo], sampling: str) -> int:
