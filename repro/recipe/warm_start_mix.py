@@ -130,7 +130,10 @@ def first_harness_start(run: WarmStartRun, first_base: Path | None, tasks: list[
     if first_base is None:
         raise ValueError("warm_start.mix_init=first_harness needs the first harness's own base model")
     print("phase warm_start: the first harness's own warm start, which the mixed one starts from", flush=True)
-    init_dir, init = warm_start(run, first_base, tasks, cfg, accountant)
+    # its own folder: the mixed run records the first harness's share again, under another tokenizer, and a store
+    # holding both would hand the mixed SFT these rollouts' token ids (the runner resumes rollouts it finds)
+    own = dataclasses.replace(run, run_dir=Path(run.run_dir).with_name(Path(run.run_dir).name + "_own"))
+    init_dir, init = warm_start(own, first_base, tasks, cfg, accountant)
     holdout = init.get("sft", {}).get("holdout", {}).get("final", {})
     print(f"warm start {init['key']} (the first harness's own): {'reused' if init['cached'] else 'built'}, "
           f"{init.get('sft', {}).get('steps')} steps, {holdout.get('later_actions', 0):.1%} of held-out later "

@@ -1,5 +1,6 @@
 """The harness matrix end to end at a small size (marked slow: ~1.5 min on 2 cores): demonstrations through
-mini-SWE-agent 2.4.6 and 1.17.5 -> one SFT -> the warm start evaluated in both -> RL in each harness and in the
+mini-SWE-agent 2.4.6 and 1.17.5 -> one SFT (from 2.4.6's own warm start, carried into the mixed tokenizer) -> the
+warm start evaluated in both -> RL in each harness and in the
 rebuilt loop -> every policy evaluated in both harnesses, each under its own frozen spec."""
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def test_every_arm_is_evaluated_in_every_harness(tmp_path: Path) -> None:
     out = repro_cli("run", "experiment=harness_matrix", f"run.output_root={tmp_path}", *SMALL,
+                    "warm_start.mix_init=first_harness", "+warm_start.mix_sft.epochs=1",
+                    "+warm_start.mix_sft.decay_at_reproduced=0",
                     cwd=Path(__file__).parents[2], timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
     (path,) = tmp_path.glob("harness_matrix/*/metrics.json")
@@ -27,6 +30,12 @@ def test_every_arm_is_evaluated_in_every_harness(tmp_path: Path) -> None:
     sources = metrics["warm_start"]["sources"]
     assert [s["harness"] for s in sources] == ["mini-swe-agent@2.4.6", "mini-swe-agent@1.17.5"]
     assert [s["demo_rollouts"] for s in sources] == [12, 12]  # 24 demonstration tasks dealt out in turn
+    init = metrics["warm_start"]["init"]  # 2.4.6's own warm start on all 24 tasks, carried by token text
+    assert init["key"] != metrics["warm_start"]["key"] and init["carried"]["carried_tokens"] > 0
+    assert init["carried"]["new_tokens"] > 0  # 1.17.5's fixed texts: tokens 2.4.6's tokenizer lacks
+    assert metrics["warm_start"]["sft"]["epochs"] == 1
+    own = open_store(run_dir / "demos_mswea2_own" / "traces.sqlite")  # its demonstrations apart from the mix's share
+    assert len([r for r in own.list_rollouts() if r.mode == "demo"]) == 24
     for name in ("mswea2", "mswea1"):
         store = open_store(run_dir / f"demos_{name}" / "traces.sqlite")
         demos = [r for r in store.list_rollouts() if r.mode == "demo"]
