@@ -6,7 +6,7 @@ warm_start` itself, with its key.
 
 With ``mix_init: first_harness`` the SFT starts from the first harness's own warm start on all the demonstration
 tasks (the checkpoint a single-harness run of the same settings makes and caches), its weights carried into the
-mixed recipe tokenizer by token text (:mod:`repro.tinymodel.transfer`): a tiny model learns to copy a line number
+mixed recipe tokenizer by token text (:mod:`repro.train.transfer`): a tiny model learns to copy a line number
 and code from an observation only after thousands of steps, and a model that copies in one harness learns the
 others' formats in a few hundred. Its held-out rows then include the first harness's rows that the first stage
 trained on: the score is a diagnostic there, not a gate."""
@@ -39,7 +39,7 @@ from repro.recipe.warm_start import (
     warm_start,
 )
 from repro.tasks.schema import Task
-from repro.tinymodel.transfer import carry_weights
+from repro.train.transfer import carry_weights
 
 MIX_INITS = ("random", "first_harness")
 

@@ -1,4 +1,4 @@
-"""Carrying a trained checkpoint into a recipe tokenizer with more added tokens (repro.tinymodel.transfer)."""
+"""Carrying a trained checkpoint into a recipe tokenizer with more added tokens (repro.train.transfer)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
-from repro.tinymodel.transfer import carry_weights
+from repro.train.transfer import carry_weights
 
 SHAPE = dict(vocab_size=300, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
              max_position_embeddings=256)
