@@ -106,13 +106,14 @@ def mixed_warm_start(runs: list[WarmStartRun], base_model: Path, tasks: list[Tas
         rows += source_rows
         per_source.append({"harness": harness, "demos_key": rows_key, "demo_tasks": len(share),
                            "demo_rollouts": n_rollouts, "rows": len(source_rows), "demos_cached": cached_rows})
-    start = base_model
-    if init_dir is not None:
-        start = out.with_name(out.name + f".init{os.getpid()}")
-        init["carried"] = carry_weights(init_dir, base_model, start)
-    sft = train_sft(runs[0], start, rows, mixed_sft(cfg), out, accountant)
-    if init_dir is not None:
-        shutil.rmtree(start, ignore_errors=True)
+    start = base_model if init_dir is None else out.with_name(out.name + f".init{os.getpid()}")
+    try:
+        if init_dir is not None:
+            init["carried"] = carry_weights(init_dir, base_model, start)
+        sft = train_sft(runs[0], start, rows, mixed_sft(cfg), out, accountant)
+    finally:  # the carried checkpoint is SFT's starting point only, kept neither on success nor on failure
+        if init_dir is not None:
+            shutil.rmtree(start, ignore_errors=True)
     stats = {"key": out.name.removeprefix("warm-"), "sources": per_source, "demo_tasks": len(tasks),
              "demo_rollouts": sum(s["demo_rollouts"] for s in per_source), "sft": sft,
              "demos_cached": all(s["demos_cached"] for s in per_source), **row_tokens(rows),
