@@ -4,6 +4,7 @@ instance over them before pairing (the miniature's rule); per-seed values are in
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,11 @@ def config_key(run: dict[str, Any]) -> tuple:
     trainer = {k: v for k, v in run.get("trainer", {}).items() if k != "seed"}
     return (repr(sorted(run["fingerprints"].items())), run["train_tasks"], tuple(sorted(run["arms"])),
             repr(sorted(rl.items())), repr(sorted(trainer.items())))
+
+
+def config_label(run: dict[str, Any]) -> str:
+    """A short name of the run's configuration (:func:`config_key`), so that the CSV tells configurations apart."""
+    return hashlib.sha256(repr(config_key(run)).encode()).hexdigest()[:8]
 
 
 def arm_label(run: dict[str, Any], arm: str) -> str:
@@ -138,14 +144,15 @@ def loop_rows(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def csv_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """One line per (seed, trained in, evaluated in): Pass@1 and the gain over the warm start."""
-    rows = [{"run": run_name(run["run_dir"]), "seed": run.get("seed", ""), "trained in": WARM, "evaluated in": h,
-             "pass_at_1": ev["pass_at_1"], "n": ev["n_samples"], "gain": "", "fingerprint": run["fingerprints"][h]}
-            for h, ev in run["warm"].items()]
+    """One line per (seed, trained in, evaluated in): Pass@1 and the gain over the warm start, with the run's
+    configuration (the heatmap draws the newest one: cells of different configurations are not averaged)."""
+    first = {"run": run_name(run["run_dir"]), "configuration": config_label(run), "seed": run.get("seed", "")}
+    rows = [first | {"trained in": WARM, "evaluated in": h, "pass_at_1": ev["pass_at_1"], "n": ev["n_samples"],
+                     "gain": "", "fingerprint": run["fingerprints"][h]} for h, ev in run["warm"].items()]
     for arm, info in run["arms"].items():
-        rows += [{"run": run_name(run["run_dir"]), "seed": run.get("seed", ""), "trained in": arm, "evaluated in": h,
-                  "pass_at_1": ev["pass_at_1"], "n": ev["n_samples"], "gain": info["paired_vs_warm"][h]["delta"],
-                  "fingerprint": run["fingerprints"][h]} for h, ev in info["after"].items()]
+        rows += [first | {"trained in": arm, "evaluated in": h, "pass_at_1": ev["pass_at_1"], "n": ev["n_samples"],
+                          "gain": info["paired_vs_warm"][h]["delta"], "fingerprint": run["fingerprints"][h]}
+                 for h, ev in info["after"].items()]
     return rows
 
 
@@ -161,7 +168,8 @@ def matrix_markdown(runs: list[dict[str, Any]], kind_runs: list[dict[str, Any]] 
     sections = []
     for group in seed_groups(runs, config_key):
         seeds = ",".join(str(r.get("seed", "?")) for r in group)
-        sections += [f"## Trained in x evaluated in ({len(group)} seed{'s' if len(group) > 1 else ''}: {seeds})", "",
+        sections += [f"## Trained in x evaluated in ({len(group)} seed{'s' if len(group) > 1 else ''}: {seeds}; "
+                     f"configuration {config_label(group[0])})", "",
                      pd.DataFrame(matrix_rows(group)).fillna("").to_markdown(index=False, disable_numparse=True), ""]
         home = home_rows(group)
         if home:

@@ -243,7 +243,13 @@ def sweep_heatmap(cells: pd.DataFrame) -> Figure:
 
 def matrix_heatmap(rows: pd.DataFrame) -> Figure:
     """Trained in x evaluated in (columns ``trained in``, ``evaluated in``, ``pass_at_1``, ``seed``; the harness
-    matrix's CSV, a line per seed) as a heatmap of Pass@1 averaged over the seeds, each cell annotated."""
+    matrix's CSV, a line per seed) as a heatmap of Pass@1 averaged over the seeds, each cell annotated. With a
+    ``configuration`` column, only the last row's configuration is drawn (the newest: configurations differ in
+    harnesses, tasks or training, so their cells are not averaged)."""
+    title = "Pass@1, mean over seeds: trained in x evaluated in"
+    if "configuration" in rows.columns:
+        rows = rows[rows["configuration"] == rows["configuration"].iloc[-1]]
+        title += f" (configuration {rows['configuration'].iloc[-1]}, the newest)"
     means = rows.groupby(["trained in", "evaluated in"], sort=False)["pass_at_1"].agg(["mean", "count"])
     trained = list(dict.fromkeys(rows["trained in"]))
     evaluated = sorted(set(rows["evaluated in"]))
@@ -253,5 +259,5 @@ def matrix_heatmap(rows: pd.DataFrame) -> Figure:
               if (t, e) in means.index else "" for e in evaluated] for t in trained]
     top = max(40.0, *(v for row in grid for v in row if not math.isnan(v)))
     return _annotated_heatmap(grid, texts, [f"in {e}" for e in evaluated], trained,
-                              "Pass@1, mean over seeds: trained in x evaluated in", top,
+                              title, top,
                               (2.2 + 1.6 * len(evaluated), 0.9 + 0.5 * len(trained)), ("evaluated in", "trained in"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from repro.experiments.harness_matrix import REBUILT, HarnessSet, MatrixConfig
@@ -219,3 +220,19 @@ def test_the_loop_slice_of_a_validation_run_has_its_own_table(monkeypatch, split
     arms = {"a": {"after": {"a": []}}, REBUILT: {"after": {"a": []}}}
     sliced = matrix.proxy_vs_rebuilt(prepared, cfg, {"a": []}, arms, {"a": {"trained_in": "a"}}, None, 0.0)
     assert (sliced["experiment"], sliced["table"]) == (table, table)
+
+
+def test_the_heatmap_draws_the_newest_configuration_without_averaging_in_older_ones() -> None:
+    from repro.report.harness_matrix_table import config_label, csv_rows
+    from repro.report.plots import matrix_heatmap
+
+    old = [_run(s, 0.9, 0.9) for s in (0, 1)]  # another configuration: other harnesses' fingerprints
+    for run in old:
+        run["fingerprints"] = {"h1": "g1", "h2": "g2"}
+    new = [_run(s, 0.6, 0.4) for s in (0, 1)]
+    assert config_label(old[0]) == config_label(old[1]) != config_label(new[0])
+    frame = pd.DataFrame([row for run in old + new for row in csv_rows(run)])
+    texts = [t.get_text() for t in matrix_heatmap(frame).axes[0].texts]
+    assert "60.0%\n2 seed(s)" in texts and not any(t.startswith("75.0%") for t in texts)  # 75: averaged with old
+    mixed = matrix_heatmap(frame.drop(columns="configuration")).axes[0].texts  # control: without the column
+    assert any(t.get_text().startswith("75.0%") for t in mixed)
