@@ -230,7 +230,10 @@ def _annotated_heatmap(grid: list[list[float]], texts: list[list[str]], columns:
 
 def sweep_heatmap(cells: pd.DataFrame) -> Figure:
     """The harness x task-distribution matrix (columns ``harness``, ``tasks``, ``pass_at_1``, ``n_tasks``; the
-    sweep table's CSV) as a heatmap of Pass@1, each cell annotated."""
+    sweep table's CSV) as a heatmap of Pass@1, each cell annotated. With a ``model`` column, only the last row's
+    model is drawn (the sweep table's CSV lists the most recently evaluated model last)."""
+    if "model" in cells.columns:
+        cells = cells[cells["model"] == cells["model"].iloc[-1]]
     harnesses = sorted(set(cells["harness"]))
     tasks = sorted(set(cells["tasks"]))
     values = {(r.harness, r.tasks): r for r in cells.itertuples()}

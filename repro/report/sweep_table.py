@@ -1,8 +1,8 @@
 """The harness x task-distribution matrix of a sweep (eval runs with ``layout: matrix``).
 
-One cell per (harness@version, task distribution): its newest run. Every cell has its own frozen fingerprint
-(the harness is part of the spec), so the cells are separate evaluations of one model; the table warns when the
-cells evaluated different models or a cell is incomplete."""
+One matrix per evaluated model (the checkpoint a run loaded), the most recently evaluated first; in it one cell per
+(harness@version, task distribution): its newest run. Every cell has its own frozen fingerprint (the harness is part
+of the spec), so the cells are separate evaluations of one model; the table warns when a cell is incomplete."""
 
 from __future__ import annotations
 
@@ -18,8 +18,23 @@ _SHORT = 8
 
 
 
+def model_of(run: dict[str, Any]) -> str:
+    """The model a run evaluated: the checkpoint it loaded (``eval.checkpoint`` of its config, repository-relative
+    in a record), else the model's name (the untrained tiny model)."""
+    checkpoint = ((run.get("run_config") or {}).get("eval") or {}).get("checkpoint")
+    return str(checkpoint or run.get("model", ""))
+
+
+def by_model(runs: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(model, its runs) per evaluated model, the most recently evaluated model first."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault(model_of(run), []).append(run)
+    return sorted(groups.items(), key=lambda item: -max(r.get("started_at", 0) for r in item[1]))
+
+
 def newest_cells(runs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """(harness, task distribution) -> its newest run."""
+    """(harness, task distribution) -> its newest run (the runs of one model)."""
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     for run in sorted(runs, key=lambda r: r.get("started_at", 0)):
         cells[(run["harness"], run["task_distribution"])] = run
@@ -47,7 +62,7 @@ def matrix_frame(cells: dict[tuple[str, str], dict[str, Any]]) -> pd.DataFrame:
 def cells_frame(cells: dict[tuple[str, str], dict[str, Any]]) -> pd.DataFrame:
     """One row per cell with its numbers and provenance (also the CSV)."""
     return pd.DataFrame([{
-        "harness": h, "tasks": t, "model": r.get("model", ""), "n_tasks": r["n_tasks"], "k": r.get("k", 1),
+        "harness": h, "tasks": t, "model": model_of(r), "n_tasks": r["n_tasks"], "k": r.get("k", 1),
         "pass_at_1": r["pass_at_1"], "ci_low": r["ci"]["low"], "ci_high": r["ci"]["high"],
         "ci_method": r["ci"]["method"], "strict_pass_at_1": r["strict_pass_at_1"],
         "infra_failures": r["counts"]["infra_failures"], "cpu_h": r["cost"]["cpu_h_total"],
@@ -62,11 +77,7 @@ def _formatted(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweep_warnings(cells: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
-    models = sorted({r.get("model", "") for r in cells.values()})
-    out = [f"**NOT ONE MODEL**: the cells evaluated {len(models)} models ({', '.join(models)})."] if len(models) > 1 \
-        else []
-    out += [f"{h} on {t} is incomplete." for (h, t), r in sorted(cells.items()) if not r.get("complete", True)]
-    return out
+    return [f"{h} on {t} is incomplete." for (h, t), r in sorted(cells.items()) if not r.get("complete", True)]
 
 
 def sweep_commands(runs: list[dict[str, Any]]) -> list[str]:
@@ -86,30 +97,38 @@ def sweep_commands(runs: list[dict[str, Any]]) -> list[str]:
             for _, values in sorted(by_sweep.items())]
 
 
-def sweep_markdown(name: str, runs: list[dict[str, Any]]) -> str:
+INTRO = ("One model under frozen evaluation in each harness version x task distribution; a matrix per model, the "
+         "most recently evaluated first. Cell: Pass@1 (mean over tasks of the per-task mean over k samples) with its "
+         "95% interval and the number of tasks in the denominator; infrastructure failures (crashed harness, grader "
+         "error/timeout) are left out of the denominator and counted in the cell. Each cell is its own frozen spec "
+         "(fingerprint below).")
+
+
+def model_section(model: str, runs: list[dict[str, Any]], level: str) -> list[str]:
+    """One model's matrix, its cells with their numbers, the commands and the sources."""
     cells = newest_cells(runs)
-    models = sorted({r.get("model", "") for r in cells.values()})
-    commands = sweep_commands(list(cells.values()))
-    lines = [f"# {name}", ""]
-    lines += [f"> WARNING: {w}\n" for w in sweep_warnings(cells)]
-    lines += [
-        f"One model (`{', '.join(models)}`) under frozen evaluation in each harness version x task distribution. "
-        "Cell: Pass@1 (mean over tasks of the per-task mean over k samples) with its 95% interval and the number of "
-        "tasks in the denominator; infrastructure failures (crashed harness, grader error/timeout) are left out of "
-        "the denominator and counted in the cell. Each cell is its own frozen spec (fingerprint below).",
-        "",
-        matrix_frame(cells).to_markdown(index=False, disable_numparse=True),
-        "",
-        "## Cells",
-        "",
-        _formatted(cells_frame(cells).drop(columns=["run_dir"])).to_markdown(index=False, disable_numparse=True),
-        "",
-        "Sources: " + ", ".join(f"`{r.get('run_dir', '?')}`" for _, r in sorted(cells.items()))
-        + " · built by `repro table`.",
-    ]
-    if commands:
-        lines[-1:-1] = [*(f"Command: `{c}`" + "  " for c in commands), ""]
-    return "\n".join(lines) + "\n"
+    lines = [f"{level} `{model}`", "", *(f"> WARNING: {w}\n" for w in sweep_warnings(cells)),
+             matrix_frame(cells).to_markdown(index=False, disable_numparse=True), "",
+             f"{level}# Cells of `{model}`", "",
+             _formatted(cells_frame(cells).drop(columns=["run_dir", "model"])).to_markdown(
+                 index=False, disable_numparse=True), ""]
+    sources = ", ".join(f"`{r.get('run_dir', '?')}`" for _, r in sorted(cells.items()))
+    return [*lines, *(f"Command: `{c}`  " for c in sweep_commands(list(cells.values()))), "",
+            f"Sources: {sources} · built by `repro table`.", ""]
+
+
+def sweep_markdown(name: str, runs: list[dict[str, Any]]) -> str:
+    lines = [f"# {name}", "", INTRO, ""]
+    for i, (model, group) in enumerate(by_model(runs)):
+        if i == 1:
+            lines += ["## Earlier models", ""]
+        lines += model_section(model, group, "##" if i == 0 else "###")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def sweep_cells_frame(runs: list[dict[str, Any]]) -> pd.DataFrame:
+    """Every model's cells, the most recently evaluated model last (its heatmap is the one drawn)."""
+    return pd.concat([cells_frame(newest_cells(group)) for _, group in reversed(by_model(runs))], ignore_index=True)
 
 
 def write_sweep_table(name: str, runs: list[dict[str, Any]], results: Path) -> list[Path]:
@@ -117,7 +136,7 @@ def write_sweep_table(name: str, runs: list[dict[str, Any]], results: Path) -> l
 
     stem = table_file_stem(name)
     md, csv = results / f"{stem}.md", results / f"{stem}.csv"
-    cells_frame(newest_cells(runs)).to_csv(csv, index=False)
+    sweep_cells_frame(runs).to_csv(csv, index=False)
     svg, alt = table_plot(csv)  # the plot of the CSV's cells
     md.write_text(sweep_markdown(name, runs) + f"\n{image_link(svg, alt)}\n")
     return [md, csv, svg]

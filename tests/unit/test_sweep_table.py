@@ -11,7 +11,8 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from repro.common.configs import CONFIG_MODULE
-from repro.report.sweep_table import matrix_frame, newest_cells, sweep_markdown
+from repro.report.plots import sweep_heatmap
+from repro.report.sweep_table import matrix_frame, newest_cells, sweep_cells_frame, sweep_markdown
 from repro.report.tables import write_tables
 
 
@@ -39,9 +40,20 @@ def test_matrix_has_one_cell_per_harness_and_distribution_newest_wins() -> None:
     assert "WARNING" not in sweep_markdown("harness_sweep", runs)
 
 
-def test_cells_of_different_models_are_flagged() -> None:
-    runs = [cell("a@1.0.0", "t", 0.5, 1, model="policy"), cell("b@1.0.0", "t", 0.5, 2, model="other")]
-    assert "**NOT ONE MODEL**: the cells evaluated 2 models (other, policy)" in sweep_markdown("s", runs)
+def test_each_evaluated_checkpoint_gets_its_own_matrix_newest_first() -> None:
+    """Two sweeps of two checkpoints both named ``policy`` on the same cell: neither hides the other, and the one
+    evaluated last leads (the checkpoint path, not the folder's name, tells them apart)."""
+    old = cell("a@1.0.0", "t", 0.1, 1) | {"run_config": {"eval": {"checkpoint": "outputs/m/1/policy"}}}
+    new = cell("a@1.0.0", "t", 0.5, 2) | {"run_config": {"eval": {"checkpoint": "outputs/m/2/policy"}}}
+    text = sweep_markdown("s", [old, new])
+    assert text.index("## `outputs/m/2/policy`") < text.index("## Earlier models") < text.index(
+        "### `outputs/m/1/policy`")
+    assert "10.0% [5.0, 15.0%]" in text and "50.0% [25.0, 75.0%]" in text
+    assert len(newest_cells([old, new])) == 1  # control: by cell alone the older checkpoint's run is dropped
+    frame = sweep_cells_frame([new, old])
+    assert list(frame["model"]) == ["outputs/m/1/policy", "outputs/m/2/policy"]  # the newest last: it is drawn
+    texts = [t.get_text() for t in sweep_heatmap(frame).axes[0].texts]
+    assert "50.0%\nn=50" in texts and "10.0%\nn=50" not in texts
 
 
 def test_repro_table_lays_out_matrix_runs_as_a_matrix(tmp_path: Path) -> None:
