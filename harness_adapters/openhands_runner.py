@@ -1,7 +1,5 @@
 """One OpenHands rollout, run INSIDE the OpenHands harness env (Python >= 3.12, ``openhands-sdk`` +
-``openhands-tools``): ``python -P openhands_runner.py SPEC.json`` (``launcher="exec"``), or the same script run as
-``__main__`` in a child forked from a server that imported the SDK once (``launcher="fork"``, the default:
-``harness_adapters/openhands_launch.py``).
+``openhands-tools``): ``python -P openhands_runner.py SPEC.json``.
 
 It drives the SDK's default agent unchanged, as OpenHands' own benchmarks do: ``get_default_agent(llm,
 cli_mode=True)`` (tools ``terminal``, ``file_editor``, ``task_tracker`` + the built-in ``finish`` and ``think``),
