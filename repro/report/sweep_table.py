@@ -11,7 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from repro.report.cells import pct
+from repro.report.cells import mean_cell, pct
+from repro.report.family_sections import split_by_family
 from repro.report.table_files import table_file_stem
 
 _SHORT = 8
@@ -59,6 +60,18 @@ def matrix_frame(cells: dict[tuple[str, str], dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["harness", *tasks])
 
 
+def family_matrix(cells: dict[tuple[str, str], dict[str, Any]]) -> pd.DataFrame:
+    """Rows: harness@version x task family (the mutation operator of a bundled task; the repository of a SWE-bench
+    row); columns: task distributions; cell: Pass@1 over the family's tasks with its bootstrap interval and count."""
+    by_row: dict[tuple[str, str], dict[str, str]] = {}
+    for (harness, tasks), run in sorted(cells.items()):
+        for family, values in split_by_family(run.get("per_task") or {}).items():
+            by_row.setdefault((harness, family), {})[tasks] = f"{mean_cell(values)} n={len(values)}"
+    columns = sorted({t for _, t in cells})
+    return pd.DataFrame([{"harness": h, "family": f, **{t: row.get(t, "-") for t in columns}}
+                         for (h, f), row in by_row.items()], columns=["harness", "family", *columns])
+
+
 def cells_frame(cells: dict[tuple[str, str], dict[str, Any]]) -> pd.DataFrame:
     """One row per cell with its numbers and provenance (also the CSV)."""
     return pd.DataFrame([{
@@ -104,11 +117,18 @@ INTRO = ("One model under frozen evaluation in each harness version x task distr
          "(fingerprint below).")
 
 
+FAMILY_NOTE = ("Family: the mutation operator of a bundled task (for SWE-bench rows, the repository); Pass@1 over "
+               "the family's tasks (mean of the per-task solved share) with its 95% bootstrap interval over tasks.")
+
+
 def model_section(model: str, runs: list[dict[str, Any]], level: str) -> list[str]:
     """One model's matrix, its cells with their numbers, the commands and the sources."""
     cells = newest_cells(runs)
     lines = [f"{level} `{model}`", "", *(f"> WARNING: {w}\n" for w in sweep_warnings(cells)),
              matrix_frame(cells).to_markdown(index=False, disable_numparse=True), "",
+             f"{level}# By task family", "",
+             family_matrix(cells).to_markdown(index=False, disable_numparse=True), "",
+             FAMILY_NOTE, "",
              f"{level}# Cells of `{model}`", "",
              _formatted(cells_frame(cells).drop(columns=["run_dir", "model"])).to_markdown(
                  index=False, disable_numparse=True), ""]

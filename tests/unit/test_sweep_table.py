@@ -125,3 +125,16 @@ def test_the_sweep_dir_comes_from_the_jobs_not_a_second_reading_of_now(tmp_path:
     (tmp_path / "mini_repro" / "20261201-110000").mkdir()
     (tmp_path / "mini_repro" / "20261201-110000" / "multirun.yaml").write_text("{}")  # a newer sweep elsewhere
     assert callback.sweep_dir(later) == started
+
+
+def test_each_cell_is_broken_down_by_task_family() -> None:
+    from repro.report.sweep_table import family_matrix
+
+    prefix = "repro-bundled__procedural-s3-test-"
+    swap, flip = f"{prefix}a.b-operator_swap-lc-1", f"{prefix}c.d-comparison_flip-lc-2"
+    run = cell("a@1.0.0", "locate", 0.5, 1) | {"per_task": {swap: 0.0, swap + "x": 0.0, flip: 1.0, flip + "x": 1.0}}
+    frame = family_matrix(newest_cells([run]))
+    rows = {r["family"]: r["locate"] for r in frame.to_dict("records")}
+    assert rows["operator_swap"].startswith("0.0%") and rows["comparison_flip"].startswith("100.0%")
+    assert rows["comparison_flip"].endswith("n=2")
+    assert "### By task family" in sweep_markdown("s", [run])
