@@ -17,6 +17,7 @@ import orjson
 from repro.proxy.anthropic_messages import STOP_REASONS, chat_to_message, message_id, messages_to_chat
 from repro.proxy.dialects import Translated, chunk_deltas
 from repro.proxy.errors import ProxyError
+from repro.proxy.overflow import ContextExceeded
 from repro.store import CallRecord
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -30,13 +31,15 @@ def event(kind: str, data: dict[str, Any]) -> bytes:
 
 def error_object(error: ProxyError) -> dict[str, Any]:
     kind = _ERROR_TYPES.get(error.status, "api_error" if error.status >= 500 else "invalid_request_error")
-    return {"type": kind, "message": error.message}
+    message = error.anthropic_message() if isinstance(error, ContextExceeded) else error.message
+    return {"type": kind, "message": message}
 
 
 class MessagesDialect:
     """``/v1/messages``: Anthropic Messages served by the upstream's chat completions."""
 
     api = "messages"
+    overflow_in_stream = False  # Anthropic refuses an over-long prompt before any event: HTTP 400
 
     def to_chat(self, request: dict[str, Any]) -> Translated:
         return messages_to_chat(request)

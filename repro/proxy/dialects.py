@@ -47,6 +47,7 @@ class Dialect(Protocol):
     """One API served by translation: its name (recorded as the call's ``endpoint``) and its three directions."""
 
     api: str
+    overflow_in_stream: bool  # a streamed over-long request is answered by an error event, not an error status
 
     def to_chat(self, request: dict[str, Any]) -> Translated:
         """The chat request for ``request`` (a 400 :class:`ProxyError` for a malformed one)."""

@@ -22,6 +22,7 @@ from repro.proxy.assemble import StreamAccumulator, StreamFormatError, extract_r
 from repro.proxy.config import ProxyConfig, replica_index
 from repro.proxy.dialects import Dialect, StreamTranslator
 from repro.proxy.errors import ProxyError, upstream_error
+from repro.proxy.overflow import ContextExceeded, context_exceeded
 from repro.proxy.sampled import check_sampled
 from repro.proxy.upstream import Response, UpstreamError, UpstreamPool, UpstreamTimeout
 from repro.store import CallRecord, GroupCommitWriter
@@ -50,6 +51,14 @@ class Answer:
 
     def translator(self) -> StreamTranslator | None:
         return None if self.dialect is None else self.dialect.stream(self.original or {})
+
+    def overflow_event(self, error: ProxyError, streamed: bool) -> bytes | None:
+        """The stream a streamed over-long request is answered with, for an API that reports it in-stream
+        (None: answer with the error body)."""
+        if not (streamed and isinstance(error, ContextExceeded) and self.dialect is not None
+                and self.dialect.overflow_in_stream):
+            return None
+        return self.dialect.stream(self.original or {}).error(error)
 
 
 _PASS_THROUGH = Answer()
@@ -191,7 +200,7 @@ class Forwarder:
         call.http_status = resp.status
         if resp.status != 200:
             upstream.pool.release(resp)
-            return await self._fail(call, send, self._status_error(resp.status, data, upstream), answer)
+            return await self._fail(call, send, self._status_error(resp.status, data, upstream), answer, streamed=True)
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         disconnected = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, disconnected, resp))
@@ -276,12 +285,19 @@ class Forwarder:
             self._queued.discard(key)
         return None
 
-    async def _fail(self, call: CallRecord, send: Send, error: ProxyError, answer: Answer) -> None:
-        call.status, call.error = "error", error.message
+    async def _fail(self, call: CallRecord, send: Send, error: ProxyError, answer: Answer,
+                    streamed: bool = False) -> None:
+        call.status = "context_exceeded" if isinstance(error, ContextExceeded) else "error"
+        call.error = error.message
         call.t_end = call.t_end or time.time()
         failure = await self._record(call)
         if failure is not None and failure.status == 503:
             error = failure  # the store is down: say so rather than the upstream fault that was not recorded
+        events = answer.overflow_event(error, streamed)
+        if events is not None:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await send({"type": "http.response.body", "body": events, "more_body": False})
+            return
         await send_bytes(send, error.status, answer.error_body(error))
 
     def _connection_error(self, exc: BaseException, upstream: Upstream) -> ProxyError:
@@ -289,6 +305,9 @@ class Forwarder:
         return upstream_error(status, _describe(exc, self.config, upstream))
 
     def _status_error(self, status: int, data: bytes, upstream: Upstream) -> ProxyError:
+        overflow = context_exceeded(status, data)
+        if overflow is not None:  # the model's answer to this prompt, in the client's API (repro.proxy.overflow)
+            return overflow
         text = data[:2000].decode("utf-8", "replace")
         if status in (401, 403):  # the proxy's own credentials, not the harness's: a fault of the set-up
             given = "its key was refused" if upstream.pool.has_api_key else "no key was sent"

@@ -33,6 +33,7 @@ from typing import Any
 from repro.proxy.dialects import Translated, text_or_blocks
 from repro.proxy.errors import ProxyError, bad_request
 from repro.proxy.openai_responses_stream import ResponsesStream, chat_to_response
+from repro.proxy.overflow import ContextExceeded
 
 CARRIED_FIELDS = ("model", "temperature", "top_p", "stream")
 READ_FIELDS = ("input", "instructions", "tools", "tool_choice", "max_output_tokens")
@@ -213,6 +214,7 @@ class ResponsesDialect:
     directions is the harness's Responses request, echoed where the ``response`` object repeats it)."""
 
     api = "responses"
+    overflow_in_stream = True  # `response.failed` with code context_length_exceeded (repro.proxy.overflow)
 
     def to_chat(self, request: dict[str, Any]) -> Translated:
         return responses_to_chat(request)
@@ -224,4 +226,4 @@ class ResponsesDialect:
         return ResponsesStream(request)
 
     def error_body(self, error: ProxyError) -> bytes:
-        return error.body()
+        return error.responses_body() if isinstance(error, ContextExceeded) else error.body()

@@ -31,6 +31,7 @@ import orjson
 
 from repro.proxy.dialects import chunk_deltas
 from repro.proxy.errors import ProxyError
+from repro.proxy.overflow import CODE, RESPONSES_MESSAGE, ContextExceeded
 from repro.store import CallRecord
 
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -161,10 +162,13 @@ class ResponsesStream:
 
     def error(self, error: ProxyError) -> bytes:
         out = [self._start({})]
-        out.append(self._emit("error", {"code": error.kind, "message": error.message, "param": None}))
+        overflow = isinstance(error, ContextExceeded)
+        if not overflow:  # an over-long input fails the response alone, as Codex's own fixture has it
+            out.append(self._emit("error", {"code": error.kind, "message": error.message, "param": None}))
         output = [item.body("incomplete" if item.status == "in_progress" else None) for item in self.items]
         failed = response_object(self.request, self.meta, "failed", output)
-        failed["error"] = {"code": "server_error", "message": error.message}
+        failed["error"] = ({"code": CODE, "message": RESPONSES_MESSAGE} if overflow
+                           else {"code": "server_error", "message": error.message})
         out.append(self._emit("response.failed", {"response": failed}))
         return b"".join(out)
 

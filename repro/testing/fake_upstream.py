@@ -2,7 +2,8 @@
 
 ``FakeVllmUpstream`` speaks vLLM's OpenAI dialect (``prompt_token_ids``, per-choice ``token_ids``, logprobs)
 with one token per byte of text, so tests can check exactly what was attributed to which call. The model
-name selects a behaviour: ``fail-500``, ``silent`` (never answers), ``drop`` (stream cut before
+name selects a behaviour: ``fail-500``, ``over-context`` (vLLM's 400 for a prompt longer than the context),
+``silent`` (never answers), ``drop`` (stream cut before
 ``[DONE]``), ``slow-stream`` (a pause between chunks), or one of ``UPSTREAM_FAULTS`` (a misbehaving upstream:
 values the store cannot keep, malformed SSE); anything else answers normally. ``echo: true`` on text
 completions puts the prompt's logprobs (the first one ``null``) in front, as vLLM does.
@@ -62,6 +63,15 @@ UPSTREAM_FAULTS = {
     "error-event": "an error object mid-stream, then data: [DONE]",
 }
 _ERROR_EVENT = b'data: {"error": {"message": "fake engine failure", "type": "InternalServerError", "code": 500}}\n\n'
+
+
+def over_context_body(prompt_tokens: int, limit: int = 8) -> bytes:
+    """vLLM 0.32's refusal of a prompt longer than the context (``vllm/renderers/params.py``), word for word."""
+    return orjson.dumps({"error": {
+        "message": f"This model's maximum context length is {limit} tokens. However, your prompt contains "
+                   f"{prompt_tokens} input tokens, which exceeds this limit even without any output tokens. Please "
+                   "reduce the length of the input prompt.",
+        "type": "BadRequestError", "param": "input_tokens", "code": 400}})
 
 
 def _first_logprob_path(body: dict[str, Any]) -> tuple[Any, Any]:
@@ -129,6 +139,8 @@ class FakeVllmUpstream:
         model = body.get("model", "")
         if model == "fail-500":
             return await send_bytes(send, 500, b'{"error": {"message": "fake upstream failure"}}')
+        if model == "over-context":
+            return await send_bytes(send, 400, over_context_body(len(fake_prompt_ids(body))))
         if model == "silent":
             await asyncio.sleep(3600)
         tokens = int(body.get("max_tokens") or self.completion_tokens)
