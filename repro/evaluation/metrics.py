@@ -2,7 +2,8 @@
 
 **Infrastructure-failure rule.** A sample is an *infrastructure failure* when the grader's outcome is ``error``
 or ``timeout`` (the patch did not apply, the test run crashed or ran out of time) or the harness itself crashed
-(``harness_status == "crashed"``) — failures of the machinery, not answers of the model. They are counted and
+(``harness_status == "crashed"``, unless it stopped on a call refused as longer than the context) —
+failures of the machinery, not answers of the model. They are counted and
 listed apart from ``unresolved`` and, by default, **left out of the denominator**: a task's score is
 ``resolved / valid samples``, and a task with no valid sample is left out of the mean (and listed). The
 **strict** Pass@1 counts every infrastructure failure as a failure (every task and sample in the denominator);
@@ -37,8 +38,12 @@ class SampleLike(Protocol):
 
 
 def is_infra_failure(sample: SampleLike) -> bool:
-    """The module's rule: grader error/timeout, or a crashed harness."""
-    return sample.outcome in INFRA_OUTCOMES or sample.harness_status == "crashed"
+    """The module's rule: grader error/timeout, or a crashed harness, except a harness that stopped because its
+    last call was refused as longer than the model's context (``context_exceeded_seq``): that is the model's
+    outcome (a prompt it let grow too long), graded and counted, apart from both."""
+    if sample.outcome in INFRA_OUTCOMES:
+        return True
+    return sample.harness_status == "crashed" and getattr(sample, "context_exceeded_seq", None) is None
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

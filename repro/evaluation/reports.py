@@ -25,6 +25,7 @@ from repro.common.files import atomic_write_text
 from repro.evaluation.metrics import OUTCOMES, is_infra_failure
 from repro.protocols import GradeResult, HarnessResult
 from repro.store import SqliteTraceStore
+from repro.store.trace_records import CONTEXT_EXCEEDED
 from repro.tasks.schema import Task
 
 INSTANCES_DIR = "instances"
@@ -44,12 +45,17 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     longest_prompt: int = 0  # prompt tokens of the rollout's longest call (RL's prompt-length penalty)
+    context_refusals: int = 0  # calls refused as longer than the model's context (the harness may have recovered)
+    context_exceeded_seq: int | None = None  # the rollout's last policy call, when it was such a refusal
 
 
 def usage_from_store(store: SqliteTraceStore, rollout_id: str) -> Usage:
     calls = store.calls(rollout_id)
     prompts = [c.prompt_tokens or 0 for c in calls]
-    return Usage(len(calls), sum(prompts), sum(c.completion_tokens or 0 for c in calls), max(prompts, default=0))
+    policy = [c for c in calls if c.purpose == "policy"]
+    ended = policy[-1].seq if policy and policy[-1].status == CONTEXT_EXCEEDED else None
+    return Usage(len(calls), sum(prompts), sum(c.completion_tokens or 0 for c in calls), max(prompts, default=0),
+                 sum(c.status == CONTEXT_EXCEEDED for c in calls), ended)
 
 
 def patch_stats(patch: str) -> tuple[int, int, int]:
@@ -76,6 +82,8 @@ class InstanceReport:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     longest_prompt: int = 0  # prompt tokens of the rollout's longest call (RL's prompt-length penalty)
+    context_refusals: int = 0  # its calls refused as longer than the model's context
+    context_exceeded_seq: int | None = None  # it ended on such a refusal (its last policy call): the outcome
     tests: dict[str, str] = field(default_factory=dict)
     fail_to_pass: list[str] = field(default_factory=list)
     pass_to_pass: list[str] = field(default_factory=list)
@@ -98,6 +106,11 @@ class InstanceReport:
     def infra_failure(self) -> bool:
         return is_infra_failure(self)
 
+    @property
+    def context_exceeded(self) -> bool:
+        """Unresolved after its last policy call was refused as too long: the model's outcome, not the machinery's."""
+        return self.context_exceeded_seq is not None and self.outcome == "unresolved"
+
     @classmethod
     def build(cls, task: Task, sample: int, rollout_id: str, harness: HarnessResult, grade: GradeResult,
               patch: str, usage: Usage, started_at: float, finished_at: float | None = None) -> InstanceReport:
@@ -107,8 +120,10 @@ class InstanceReport:
             instance_id=task.instance_id, sample=sample, rollout_id=rollout_id, outcome=grade.outcome,
             reason=grade.reason, harness_status=harness.status, harness_exit_status=harness.exit_status,
             harness_reason=harness.reason, n_calls=usage.n_calls, prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens, tests=dict(grade.tests), fail_to_pass=list(task.FAIL_TO_PASS),
-            pass_to_pass=list(task.PASS_TO_PASS), patch_bytes=size, patch_added=added, patch_removed=removed,
+            completion_tokens=usage.completion_tokens, context_refusals=usage.context_refusals,
+            context_exceeded_seq=usage.context_exceeded_seq, tests=dict(grade.tests),
+            fail_to_pass=list(task.FAIL_TO_PASS), pass_to_pass=list(task.PASS_TO_PASS), patch_bytes=size,
+            patch_added=added, patch_removed=removed,
             harness_duration_s=harness.duration_s, grade_duration_s=grade.duration_s, started_at=started_at,
             finished_at=time.time() if finished_at is None else finished_at,
             trajectory_path=harness.trajectory_path, grade_log_tail=grade.log_tail[-LOG_TAIL_CHARS:],

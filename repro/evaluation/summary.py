@@ -55,6 +55,8 @@ def _counts(reports: list[InstanceReport]) -> dict[str, int]:
     counts = {o: by_outcome.get(o, 0) for o in OUTCOMES}
     counts["harness_crashed"] = sum(r.harness_status == "crashed" for r in reports)
     counts["infra_failures"] = sum(r.infra_failure for r in reports)
+    counts["context_exceeded"] = sum(r.context_exceeded for r in reports)  # unresolved, ended on a refusal
+    counts["context_refusals"] = sum(r.context_refusals for r in reports)  # refused calls, recovered or not
     return counts
 
 

@@ -26,6 +26,7 @@ from repro.proxy.overflow import ContextExceeded, context_exceeded
 from repro.proxy.sampled import check_sampled
 from repro.proxy.upstream import Response, UpstreamError, UpstreamPool, UpstreamTimeout
 from repro.store import CallRecord, GroupCommitWriter
+from repro.store.trace_records import CONTEXT_EXCEEDED
 from repro.store.writer import CallNotStored, TraceWriteError
 
 _PATHS = {"chat": b"/v1/chat/completions", "completions": b"/v1/completions"}  # a dialect's call goes to chat
@@ -287,7 +288,7 @@ class Forwarder:
 
     async def _fail(self, call: CallRecord, send: Send, error: ProxyError, answer: Answer,
                     streamed: bool = False) -> None:
-        call.status = "context_exceeded" if isinstance(error, ContextExceeded) else "error"
+        call.status = CONTEXT_EXCEEDED if isinstance(error, ContextExceeded) else "error"
         call.error = error.message
         call.t_end = call.t_end or time.time()
         failure = await self._record(call)

@@ -352,8 +352,9 @@ class RolloutRunner(Closing):
         infra = report.infra_failure
         reward = None if infra or not self.opts.grade else self._reward(
             grade, GradedRollout(task, sample, rollout_id, patch, result, usage.n_calls, usage.longest_prompt))
+        ended = {"context_exceeded_seq": usage.context_exceeded_seq} if usage.context_exceeded_seq is not None else None
         store.finish_rollout(rollout_id, "failed" if infra else "finished", reward=reward,
-                             failure_reason=(grade.reason or result.reason) if infra else None)
+                             failure_reason=(grade.reason or result.reason) if infra else None, metadata=ended)
         write_report(self.run_dir, report, patch)
         if sample == 0 and self.opts.write_preds:
             update_preds(self.run_dir, task.instance_id, self.model_name, patch, sample)

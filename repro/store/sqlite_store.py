@@ -96,11 +96,19 @@ class SqliteTraceStore:
         return rollout
 
     def finish_rollout(
-        self, rollout_id: str, status: str, reward: float | None = None, failure_reason: str | None = None
+        self, rollout_id: str, status: str, reward: float | None = None, failure_reason: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
-        """Set a rollout's final status, reward and (for failures) the reason."""
+        """Set a rollout's final status, reward and (for failures) the reason; ``metadata`` entries are added to
+        the rollout's (e.g. ``context_exceeded_seq``: it ended on a call refused as too long)."""
         if status not in ROLLOUT_STATUSES:
             raise ValueError(f"status must be one of {ROLLOUT_STATUSES}, got {status!r}")
+        if metadata:
+            rollout = self.get_rollout(rollout_id)
+            if rollout is None:
+                raise KeyError(f"unknown rollout {rollout_id!r}")
+            merged = orjson.dumps({**rollout.metadata, **metadata})
+            self.conn.execute("UPDATE rollouts SET metadata_json=? WHERE rollout_id=?", (merged, rollout_id))
         cur = self.conn.execute(
             "UPDATE rollouts SET status=?, reward=?, failure_reason=?, finished_at=? WHERE rollout_id=?",
             (status, reward, failure_reason, time.time(), rollout_id),

@@ -7,7 +7,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-CALL_STATUSES = ("ok", "error", "aborted", "truncated", "context_exceeded")  # the last: refused as too long
+CONTEXT_EXCEEDED = "context_exceeded"  # a call the model server refused as longer than its context
+CALL_STATUSES = ("ok", "error", "aborted", "truncated", CONTEXT_EXCEEDED)
 INT32_LIMIT = 2**31  # token ids are stored as int32
 ROLLOUT_STATUSES = ("pending", "running", "finished", "failed")
 

@@ -135,7 +135,7 @@ def rollout_samples(rollout: RolloutRecord, calls: Sequence[CallRecord], advanta
     """One rollout's rows and bookkeeping, given its (group-relative) advantage."""
     parts, skipped = fragments(calls, config.mode, config.train_purposes)
     parts, dropped = capped_fragments(parts, config)
-    masked = masked_reason(rollout, config.include_modes, config.failed_reward)
+    masked = masked_reason(rollout, config.include_modes, config.failed_reward, config.context_exceeded)
     advantage = 0.0 if masked else advantage
     return RolloutSamples(rollout.rollout_id, rollout.task_id, group_key(rollout), rollout.status,
                           training_reward(rollout, config.failed_reward), advantage, masked, len(calls),
@@ -148,7 +148,7 @@ def build_sample_set(pairs: Iterable[tuple[RolloutRecord, Sequence[CallRecord]]]
     config = config or SampleConfig()
     pairs = list(pairs)
     by_rollout = advantages([r for r, _ in pairs], config.scale_rewards, config.eps, config.include_modes,
-                            config.std_ddof, config.failed_reward)
+                            config.std_ddof, config.failed_reward, config.context_exceeded)
     rollouts = {r.rollout_id: rollout_samples(r, calls, by_rollout[r.rollout_id], config) for r, calls in pairs}
     rows = [row for info in rollouts.values() if info.masked is None for row in info.rows]
     return SampleSet(config, rows, rollouts)

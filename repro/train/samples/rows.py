@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 MODES = ("per_call", "prefix_merge")
 WEIGHTINGS = ("rollout", "fragment")
 SCALES = ("group", "none")
+CONTEXT_RULES = ("zero_reward", "mask")  # a rollout that ended on a call refused as too long (see SampleConfig)
 DEFAULT_TRAIN_PURPOSES = ("policy", "summary")
 TRAINABLE_STATUSES = ("ok", "truncated")  # truncated = finish_reason "length": the tokens were still sampled
 NAN = float("nan")
@@ -84,6 +85,10 @@ class SampleConfig:
     failed_reward: float | None = None  # None: failed rollouts are masked | a number: they train with that reward
     max_prompt_tokens: int = 0  # > 0: a row whose prompt (tokens before its first sampled one) is longer is dropped
     max_response_tokens: int = 0  # > 0: a row keeps at most this many tokens from its first sampled one on
+    # A rollout whose last policy call was refused as longer than the model's context: "zero_reward" trains its
+    # earlier calls with its graded reward (0 unless resolved), as Agent Lightning's over-long rollouts complete
+    # with no reward; "mask" leaves it out of the loss and its group's statistics (DAPO's overlong filtering).
+    context_exceeded: str = "zero_reward"
 
     def __post_init__(self) -> None:
         from repro.store.trace_records import CALL_PURPOSES  # here, not at the top: see the module's docstring
@@ -98,6 +103,9 @@ class SampleConfig:
         if self.failed_reward is not None and not math.isfinite(self.failed_reward):
             raise ValueError(f"failed_reward must be a finite number or None (mask failed rollouts); "
                              f"got {self.failed_reward!r}")
+        if self.context_exceeded not in CONTEXT_RULES:
+            raise ValueError(f"context_exceeded must be one of {', '.join(CONTEXT_RULES)}; got "
+                             f"{self.context_exceeded!r}")
         if self.max_prompt_tokens < 0 or self.max_response_tokens < 0:
             raise ValueError(f"max_prompt_tokens and max_response_tokens must be >= 0 (0: no cap); got "
                              f"{self.max_prompt_tokens!r} and {self.max_response_tokens!r}")
@@ -231,12 +239,21 @@ def group_key(rollout: RolloutRecord) -> str:
     return rollout.group_id or rollout.task_id or rollout.rollout_id
 
 
+def ended_on_context(rollout: RolloutRecord) -> int | None:
+    """The seq of the call the rollout ended on when it was refused as longer than the model's context."""
+    seq = rollout.metadata.get("context_exceeded_seq")
+    return None if seq is None else int(seq)
+
+
 def masked_reason(rollout: RolloutRecord, include_modes: Collection[str] | None = None,
-                  failed_reward: float | None = None) -> str | None:
+                  failed_reward: float | None = None, context_rule: str = "zero_reward") -> str | None:
     """Why the rollout must not be trained on (None when it can); with ``failed_reward`` set, a failed rollout
-    is trained on with that reward instead of being masked."""
+    is trained on with that reward instead of being masked; ``context_rule`` ``mask`` masks a rollout that ended
+    on a call refused as too long."""
     if include_modes is not None and rollout.mode not in include_modes:
         return f"mode {rollout.mode} not included ({', '.join(include_modes)})"
+    if context_rule == "mask" and (seq := ended_on_context(rollout)) is not None:
+        return f"ended on call {seq}, refused as longer than the context (samples.context_exceeded=mask)"
     if rollout.status == "failed":
         if failed_reward is not None:
             return None
@@ -273,13 +290,13 @@ def group_advantages(rewards: Sequence[float], scale: str = "group", eps: float 
 
 def advantages(rollouts: Iterable[RolloutRecord], scale: str = "group", eps: float = 1e-4,
                include_modes: Collection[str] | None = None, ddof: int = 0,
-               failed_reward: float | None = None) -> dict[str, float]:
+               failed_reward: float | None = None, context_rule: str = "zero_reward") -> dict[str, float]:
     """Rollout id -> advantage, groups formed by :func:`group_key`; masked rollouts get 0.0."""
     out: dict[str, float] = {}
     groups: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for rollout in rollouts:
         reward = training_reward(rollout, failed_reward)
-        if masked_reason(rollout, include_modes, failed_reward) is None and reward is not None:
+        if masked_reason(rollout, include_modes, failed_reward, context_rule) is None and reward is not None:
             groups[group_key(rollout)].append((rollout.rollout_id, float(reward)))
         else:
             out[rollout.rollout_id] = 0.0
