@@ -191,22 +191,29 @@ def usable_calls(calls: Sequence[CallRecord], train_purposes: Sequence[str] = DE
 
 def fragments(calls: Sequence[CallRecord], mode: str = "prefix_merge",
               train_purposes: Sequence[str] = DEFAULT_TRAIN_PURPOSES) -> tuple[list[Fragment], list[SkippedCall]]:
-    """Split a rollout's calls into fragments (``per_call``: one per call; ``prefix_merge``: chains of calls
-    whose prompt starts with the latest fragment of the same purpose; a prompt that does not starts a new one)."""
+    """Split a rollout's calls into fragments (``per_call``: one per call; ``prefix_merge``: its prefix chains).
+
+    With ``prefix_merge`` a call joins the chain of its purpose whose tokens so far its prompt starts with (the
+    longest, should several): calls that interleave (a subagent's inside its parent's, side calls) each stay on
+    their own chain; a prompt that extends none (after a compaction rewrote the history, a new subagent) starts a
+    chain. Every sampled token is in exactly one fragment, with mask 1 there (property-tested over generated call
+    graphs: tests/unit/test_sample_chains.py)."""
     check_mode(mode)
     kept, skipped = usable_calls(calls, train_purposes)
     out: list[Fragment] = []
-    latest: dict[str, Fragment] = {}
+    chains: dict[str, list[Fragment]] = defaultdict(list)
     for call in kept:
         prompt = call.prompt_ids or []
-        current = latest.get(call.purpose)
-        if mode == "prefix_merge" and current is not None and extends(current, prompt):
-            current.add(call, prompt[len(current.input_ids):])
-            continue
+        if mode == "prefix_merge":
+            tips = [f for f in chains[call.purpose] if extends(f, prompt)]
+            if tips:
+                chain = max(tips, key=lambda f: len(f.input_ids))
+                chain.add(call, prompt[len(chain.input_ids):])
+                continue
         fragment = Fragment()
         fragment.add(call, prompt)
         out.append(fragment)
-        latest[call.purpose] = fragment
+        chains[call.purpose].append(fragment)
     return out, skipped
 
 
