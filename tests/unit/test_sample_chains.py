@@ -66,8 +66,12 @@ def test_every_sampled_token_is_trained_exactly_once(steps: list) -> None:
 def test_each_chain_is_one_row_and_interleaving_does_not_split_it(steps: list) -> None:
     calls, continues = rollout_calls(steps)
     merged, _ = fragments(calls)
-    row_of = {seq: i for i, part in enumerate(merged) for seq in part.call_seqs}
-    assert all(row_of[seq] == row_of[tip] for seq, tip in continues)  # a call at its chain's tip joins its row
+    starts = {part.call_seqs[0] for part in merged}
+    assert not starts & {seq for seq, _ in continues}  # a call at a chain's tip joins a row (its own, or one
+    row_of = {seq: i for i, part in enumerate(merged) for seq in part.call_seqs}  # with the same tokens so far)
+    for seq, tip in continues:
+        row = merged[row_of[seq]]
+        assert row.input_ids[:len(calls[tip].prompt_ids)] == calls[tip].prompt_ids
     per_call, _ = fragments(calls, mode="per_call")
     assert len(per_call) == len(calls) and len(merged) <= len(calls)
     for part in merged:  # a row's calls each extend the row so far: a chain, never two glued together
