@@ -101,3 +101,17 @@ def test_rollout_weights_sum_to_one_whatever_the_branching(steps: list, weightin
     rows = [r for r in build_sample_set(pairs, SampleConfig(weighting=weighting)).rows if r.rollout_id == "r"]
     total = sum(r.weight for r in rows)
     assert math.isclose(total, 1.0) if weighting == "rollout" else total == len(rows)
+
+
+def test_inspect_names_each_rows_chain() -> None:
+    from repro.train.samples.build import chain_labels
+
+    parent0 = CallRecord("r", 0, "chat", "ok", prompt_ids=[1, 2], completion_ids=[60], logprobs=[-1.0])
+    sub = CallRecord("r", 1, "chat", "ok", prompt_ids=[9, 9], completion_ids=[61], logprobs=[-1.0])
+    summary = CallRecord("r", 2, "chat", "ok", prompt_ids=[5], completion_ids=[63], logprobs=[-1.0], purpose="summary")
+    parent1 = CallRecord("r", 3, "chat", "ok", prompt_ids=[1, 2, 60, 3], completion_ids=[62], logprobs=[-1.0])
+    calls = [parent0, sub, summary, parent1]
+    rows = build_sample_set([(RolloutRecord("r", task_id="t", status="finished", reward=1.0), calls)]).rows
+    assert [r.call_seqs for r in rows] == [[0, 3], [1], [2]]
+    assert chain_labels(rows, {c.seq: c.purpose for c in calls}) == [
+        "policy, first chain", "policy, new chain", "summary, first chain"]

@@ -200,18 +200,31 @@ def header(info: RolloutSamples, config: SampleConfig) -> str:
             f"weighting {config.weighting}, scale {config.scale_rewards}")
 
 
-def rows_table(info: RolloutSamples, group: SampleSet) -> RenderableType:
-    """For each row: the calls merged, its token counts, weight and advantage (within the rollout's group)."""
+def chain_labels(rows: list[Row], purposes: dict[int, str]) -> list[str]:
+    """What each row is as a chain of the rollout's calls: its purpose, and whether it is that purpose's first
+    chain or a new one (its first prompt extends no earlier row: a rewritten history, a subagent, a side call)."""
+    seen: set[str] = set()
+    labels = []
+    for row in rows:
+        purpose = purposes.get(row.call_seqs[0], "?")
+        labels.append(f"{purpose}, {'new chain' if purpose in seen else 'first chain'}")
+        seen.add(purpose)
+    return labels
+
+
+def rows_table(info: RolloutSamples, group: SampleSet, purposes: dict[int, str] | None = None) -> RenderableType:
+    """For each row (a chain of calls): the calls merged, its token counts, weight and advantage (within the
+    rollout's group)."""
     from rich.table import Table
 
     valid = sum(1 for r in group.rollouts.values() if r.masked is None)
     table = Table(title=f"calls -> rows of rollout {info.rollout_id} ({info.n_calls} calls, {len(info.rows)} rows)",
                   caption=f"advantage within group {info.group_id}: {len(group.rollouts)} rollouts, {valid} valid")
-    for column in ("row", "call seqs", "tokens", "sampled (mask=1)", "masked out", "weight", "advantage",
+    for column in ("row", "chain", "call seqs", "tokens", "sampled (mask=1)", "masked out", "weight", "advantage",
                    "logprobs"):
         table.add_column(column, no_wrap=True)
-    for row in info.rows:
-        table.add_row(str(row.row_index), _seqs(row.call_seqs), str(row.n_tokens), str(row.n_sampled),
+    for row, chain in zip(info.rows, chain_labels(info.rows, purposes or {}), strict=True):
+        table.add_row(str(row.row_index), chain, _seqs(row.call_seqs), str(row.n_tokens), str(row.n_sampled),
                       str(row.n_tokens - row.n_sampled), f"{row.weight:.4f}", f"{row.advantage:+.4f}",
                       "ok" if row.logprobs_complete else "MISSING (NaN)")
     return table
@@ -238,7 +251,8 @@ def rows_view(store: SqliteTraceStore, rollout_id: str, config: SampleConfig | N
     sample_set = group_sample_set(store, rollout_id, config)
     info = sample_set.rollouts[rollout_id]
     parts: list[RenderableType] = [Text(header(info, config))]
-    parts.append(rows_table(info, sample_set) if info.rows else Text("no rows: no trainable call"))
+    purposes = {c.seq: c.purpose for c in store.calls(rollout_id)}
+    parts.append(rows_table(info, sample_set, purposes) if info.rows else Text("no rows: no trainable call"))
     skipped = skipped_line(info.skipped)
     if skipped is not None:
         parts.append(Text(skipped))
