@@ -153,3 +153,48 @@ def test_a_seeded_call_with_a_long_prompt_is_answered_and_the_engine_lives(stack
         "model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 1.0, "seed": 11})
     assert resp.status_code == 200, resp.text[:300]
     assert httpx.get(f"{stack.server_url}/health", timeout=10).status_code == 200
+
+
+_PARAMETERS = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+_ASK = "list the files"
+REQUESTS = {  # one request with a tool per API the proxy speaks, each answered through vLLM's hermes tool parser
+    "chat/completions": {"model": "tiny", "messages": [{"role": "user", "content": _ASK}], "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": _PARAMETERS}}]},
+    "responses": {"model": "tiny", "input": _ASK, "tools": [{"type": "function", "name": "bash",
+                                                             "parameters": _PARAMETERS}]},
+    "messages": {"model": "tiny", "max_tokens": 32, "messages": [{"role": "user", "content": _ASK}],
+                 "tools": [{"name": "bash", "input_schema": _PARAMETERS}]},
+}
+
+
+def _recorded_call(stack: Stack, path: str, stream: bool, sampling: dict[str, Any]) -> Any:
+    from repro.store import open_store
+
+    rollout = f"stream-{path.replace('/', '-')}-{stream}"
+    base_url = stack.client.register(rollout_id=rollout, mode="train", metadata={"sampling": sampling})
+    with httpx.stream("POST", f"{base_url}/{path}", json={**REQUESTS[path], "stream": stream}, timeout=300) as resp:
+        text = resp.read().decode()
+        assert resp.status_code == 200, text[:300]
+    store = open_store(Path(stack.proxy.store_path))
+    (call,) = store.calls(rollout)
+    store.close()
+    return call
+
+
+@pytest.mark.parametrize("path", list(REQUESTS))
+def test_a_streamed_call_records_the_token_ids_of_the_same_call_unstreamed(stack: Stack, model_dir: Path,
+                                                                           path: str) -> None:
+    """With a tool parser, vLLM once streamed wrong token ids for control tokens (agent-lightning #326): the same
+    seeded request, streamed and not, through each API the proxy speaks, records the same prompt and sampled ids
+    (the tool-call tokens biased up so that they are among them) and the same logprobs."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    control = [tokenizer.convert_tokens_to_ids(t) for t in ("<tool_call>", "</tool_call>")]
+    sampling = {"temperature": 1.0, "max_tokens": 32, "seed": 5, "logit_bias": {str(i): 6.0 for i in control}}
+    unary, streamed = (_recorded_call(stack, path, stream, sampling) for stream in (False, True))
+    assert unary.status in ("ok", "truncated") and streamed.status == unary.status
+    assert any(i in control for i in unary.completion_ids)  # the parser had tool-call tokens to handle
+    assert streamed.prompt_ids == unary.prompt_ids
+    assert streamed.completion_ids == unary.completion_ids, (unary.response, streamed.response)
+    assert max(abs(a - b) for a, b in zip(unary.logprobs, streamed.logprobs, strict=True)) <= 1e-4
