@@ -173,7 +173,7 @@ def test_eval_metrics_json(tmp_path: Path) -> None:
     assert metrics["pass_at_1"] == pytest.approx((0.5 + 0.0) / 2) and metrics["n_tasks"] == 2
     assert metrics["strict_pass_at_1"] == pytest.approx((0.5 + 0 + 0) / 3)
     assert metrics["counts"] == {"resolved": 2, "unresolved": 2, "error": 0, "timeout": 1, "harness_crashed": 1,
-                                 "infra_failures": 2}
+                                 "infra_failures": 2, "context_exceeded": 0, "context_refusals": 0}
     assert [(f["instance_id"], f["sample"]) for f in metrics["infra_failures"]] == [("b", 0), ("b", 1)]
     assert metrics["excluded_tasks"] == ["b"]
     assert not metrics["complete"] and metrics["missing_samples"] == [["c", 1]]
