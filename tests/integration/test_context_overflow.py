@@ -30,16 +30,16 @@ TASKS = TaskDistributionConfig(seed=0, split="test", n_tasks=1, families=["proce
 SCENARIOS = {"steps": [tool_call_text("ls -la")]}  # never submits: each call adds an observation
 
 
-def _evaluate(root: Path, model_dir: Path, max_model_len: int) -> tuple[list[Any], Any, list[Any]]:
+def _evaluate(root: Path, model_dir: Path, max_model_len: int, harness: MiniSweAgentHarness,
+              ) -> tuple[list[Any], Any, list[Any]]:
     root.mkdir()
     tasks = [replace(t, problem_statement=f"SCENARIO steps. {t.problem_statement}") for t in build_distribution(TASKS)]
     ev = EvalConfig(experiment="overflow", max_tokens=HARNESS.max_tokens, concurrency=1)
     sandbox = LocalSandbox(LocalSandboxConfig())
     try:
-        with MiniSweAgentHarness(HARNESS, workers=1) as harness, \
-                running_stack(model_dir, CpuServingConfig(), ProxyConfig(port=0), root,
-                              server_overrides={"scenarios": root.parent / "scenarios.json",
-                                                "max_model_len": max_model_len}) as stack:
+        with running_stack(model_dir, CpuServingConfig(), ProxyConfig(port=0), root,
+                           server_overrides={"scenarios": root.parent / "scenarios.json",
+                                             "max_model_len": max_model_len}) as stack:
             spec = build_spec(harness, "bundled", tasks, LocalSandboxConfig(), ev, 0, stack.served_model_name)
             runner = RolloutRunner(root / "run", root / "traces.sqlite", eval_options(spec, ev), tasks, stack,
                                    harness, sandbox, stack.served_model_name)
@@ -61,10 +61,11 @@ def overflow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("overflow")
     (base / "scenarios.json").write_text(json.dumps(SCENARIOS))
     model_dir = build_tiny_model(base / "model", TinyModelConfig(vocab_size=1024), [])
-    _, _, roomy = _evaluate(base / "roomy", model_dir, 65536)  # how long the first prompt is
-    first = roomy[0].prompt_tokens
-    limit = first + HARNESS.max_tokens + 1  # the first call fits with its max_tokens, the second cannot
-    reports, rollout, calls = _evaluate(base / "tight", model_dir, limit)
+    with MiniSweAgentHarness(HARNESS, workers=1) as harness:  # one worker pool for both servers
+        _, _, roomy = _evaluate(base / "roomy", model_dir, 65536, harness)  # how long the first prompt is
+        first = roomy[0].prompt_tokens
+        limit = first + HARNESS.max_tokens + 1  # the first call fits with its max_tokens, the second cannot
+        reports, rollout, calls = _evaluate(base / "tight", model_dir, limit, harness)
     return {"roomy": roomy, "limit": limit, "reports": reports, "rollout": rollout, "calls": calls}
 
 
