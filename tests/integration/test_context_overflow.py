@@ -16,8 +16,7 @@ import pytest
 from harness_adapters.mini_swe_agent.adapter import MiniSweAgentConfig
 from harness_adapters.mini_swe_agent.pool import MiniSweAgentHarness
 from repro.proxy import ProxyConfig
-from repro.rl.evaluator import EvalConfig, build_spec, eval_options
-from repro.rl.rollouts import RolloutRunner
+from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
@@ -41,12 +40,7 @@ def _evaluate(root: Path, model_dir: Path, max_model_len: int, harness: MiniSweA
                            server_overrides={"scenarios": root.parent / "scenarios.json",
                                              "max_model_len": max_model_len}) as stack:
             spec = build_spec(harness, "bundled", tasks, LocalSandboxConfig(), ev, 0, stack.served_model_name)
-            runner = RolloutRunner(root / "run", root / "traces.sqlite", eval_options(spec, ev), tasks, stack,
-                                   harness, sandbox, stack.served_model_name)
-            try:
-                reports = runner.run()
-            finally:
-                runner.close()
+            reports = Evaluator(stack, harness, sandbox, ev, spec=spec).evaluate(tasks, root / "run").reports
     finally:
         sandbox.close()
     store = open_store(root / "traces.sqlite")

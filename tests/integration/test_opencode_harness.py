@@ -23,8 +23,7 @@ from harness_adapters.registry import get_harness
 from repro.common.net import free_port
 from repro.protocols import HarnessRollout
 from repro.proxy import ProxyConfig
-from repro.rl.evaluator import EvalConfig, build_spec, eval_options
-from repro.rl.rollouts import RolloutRunner
+from repro.rl.evaluator import EvalConfig, Evaluator, build_spec
 from repro.sandbox.local import LocalSandbox, LocalSandboxConfig
 from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
@@ -66,12 +65,7 @@ def evaluation(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             spec = build_spec(harness, "bundled", tasks, LocalSandboxConfig(), ev, 0,
                               stack.served_model_name)
             assert spec.harness.settings["settings"]["model_name"] == stack.served_model_name == "tiny"
-            runner = RolloutRunner(root / "run", root / "traces.sqlite", eval_options(spec, ev), tasks, stack,
-                                   harness, sandbox, stack.served_model_name)
-            try:
-                reports = runner.run()
-            finally:
-                runner.close()
+            reports = Evaluator(stack, harness, sandbox, ev, spec=spec).evaluate(tasks, root / "run").reports
             identity = harness.identity()
             limited = _run_step_limited(stack, sandbox, tasks[0], root)
     finally:
