@@ -59,7 +59,7 @@ class Answer:
         if not (streamed and isinstance(error, ContextExceeded) and self.dialect is not None
                 and self.dialect.overflow_in_stream):
             return None
-        return self.dialect.stream(self.original or {}).error(error)
+        return self.translator().error(error)
 
 
 _PASS_THROUGH = Answer()
