@@ -54,6 +54,14 @@ class ClaudeCodeConfig(CliAgentConfig):
     system_prompt: str | None = None  # --system-prompt (None: Claude Code's own)
     bare: bool = False  # --bare: minimal prompt, no hooks, memory or plugins
     max_output_tokens: int = 0  # CLAUDE_CODE_MAX_OUTPUT_TOKENS (0: its default, 32000; the proxy's mode caps it)
+    context_window: int = 0  # CLAUDE_CODE_MAX_CONTEXT_TOKENS: the window it assumes (0: 1M for an unknown model)
+
+    def compacting_below(self, window: int, margin: int) -> ClaudeCodeConfig:
+        """This config with auto-compaction due ``margin`` tokens below a served ``window``: Claude Code 2.1.328
+        compacts when its estimate passes context_window - min(max output tokens, 20,000) - 13,000 (so
+        context_window = window would compact before every call of a window under ~13k + the output tokens)."""
+        output = min(self.max_output_tokens or 32_000, 20_000)
+        return replace(self, context_window=window - margin + output + 13_000)
 
 
 @dataclass
@@ -63,6 +71,13 @@ class CodexConfig(CliAgentConfig):
     context_window: int = 0  # model_context_window (0: unset)
     lean: bool = False  # skills, environment/permissions/apps instructions, web search, goals, multi-agent off
 
+    def compacting_below(self, window: int, margin: int) -> CodexConfig:
+        """This config with auto-compaction due ``margin`` tokens below a served ``window``: Codex 0.169.0 compacts
+        after a reply that asks for a follow-up once its count passes min(model_auto_compact_token_limit,
+        0.9 x model_context_window), and never on a refused call."""
+        limit = ["-c", f"model_auto_compact_token_limit={window - margin}"]
+        return replace(self, context_window=window, extra_args=[*self.extra_args, *limit])
+
 
 @dataclass
 class QwenCodeConfig(CliAgentConfig):
@@ -71,6 +86,21 @@ class QwenCodeConfig(CliAgentConfig):
     bare: bool = False  # --bare: no context files, memory or extensions
     exclude_tools: list[str] = field(default_factory=list)  # --exclude-tools
     max_output_tokens: int = 0  # QWEN_CODE_MAX_OUTPUT_TOKENS (0: its default)
+    settings: dict[str, Any] = field(default_factory=dict)  # merged into ~/.qwen/settings.json (see QwenCodeHarness)
+
+    def compacting_below(self, window: int, margin: int) -> QwenCodeConfig:
+        """This config with compression due ``margin`` tokens below a served ``window`` (see QwenCodeHarness)."""
+        generation = {"contextWindowSize": window + 33_000 - margin, "enableCacheControl": False}
+        return replace(self, settings=merged(self.settings, {"model": {"generationConfig": generation}}))
+
+
+def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged in, nested objects key by key (a settings file and its overrides)."""
+    out = dict(base)
+    for key, value in extra.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merged(out[key], value) if both else value
+    return out
 
 
 class CliAgentHarness(PerRolloutHarness):
@@ -148,6 +178,8 @@ class ClaudeCodeHarness(CliAgentHarness):
                "CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS": idle_ms, "CLAUDE_CODE_DISABLE_NONSTREAMING_FALLBACK": "1"}
         if self.cfg.max_output_tokens:
             env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(self.cfg.max_output_tokens)
+        if self.cfg.context_window:
+            env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(self.cfg.context_window)
         return env
 
     def describe(self, out: Path) -> str | None:
@@ -193,7 +225,17 @@ class CodexHarness(CliAgentHarness):
 
 
 class QwenCodeHarness(CliAgentHarness):
-    """Qwen Code: ``qwen -p TASK --yolo``, chat completions to the proxy."""
+    """Qwen Code: ``qwen -p TASK --yolo``, chat completions to the proxy.
+
+    Compression (0.24.4, ``chatCompressionService``): before a send, when its estimate of the prompt (the last
+    call's usage plus what is new at ~4 characters a token) passes min(0.85 C, C - 33,000), C =
+    ``model.generationConfig.contextWindowSize``, it asks for a ``<state_snapshot>`` summary (a call without tools,
+    system "You are the component that summarizes a conversation...") and resumes from it; a call the server
+    refuses as too long is compressed and retried once (with any C). To compress before a window of W tokens: C =
+    W + 33,000 - margin (the margin: a step's new tokens and the call's max_tokens), with ``enableCacheControl:
+    false`` (else a first summary request carries the whole prompt and its tools, and is refused near the window):
+    ``QwenCodeConfig.compacting_below``.
+    """
 
     name, thread_prefix, spec, config_class, api = "qwen-code", "qwen", QWEN_CODE, QwenCodeConfig, "chat"
     cfg: QwenCodeConfig
@@ -208,7 +250,7 @@ class QwenCodeHarness(CliAgentHarness):
     def cli_env(self, base_url: str, model: str, home: Path) -> dict[str, str]:
         settings = home / ".qwen" / "settings.json"  # its background memory-extraction call off (a side request)
         settings.parent.mkdir(parents=True, exist_ok=True)
-        settings.write_text(json.dumps({"memory": {"enableManagedAutoMemory": False}}))
+        settings.write_text(json.dumps(merged({"memory": {"enableManagedAutoMemory": False}}, self.cfg.settings)))
         env = {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": DUMMY_API_KEY, "OPENAI_MODEL": model}
         if self.cfg.max_output_tokens:
             env["QWEN_CODE_MAX_OUTPUT_TOKENS"] = str(self.cfg.max_output_tokens)
