@@ -14,9 +14,10 @@ EXPERT_MODEL_LEN = 131072  # a harness's whole first prompt, before any recipe t
 
 
 @contextlib.contextmanager
-def expert_stack(tasks: list[Any], run_dir: Path) -> Iterator[Any]:
+def expert_stack(tasks: list[Any], run_dir: Path, max_model_len: int = EXPERT_MODEL_LEN) -> Iterator[Any]:
     """A running expert server for ``tasks`` (a plain tiny checkpoint: it only tokenizes) and the proxy, with their
-    logs and the store (``traces.sqlite``) in ``run_dir``."""
+    logs and the store (``traces.sqlite``) in ``run_dir``; ``max_model_len``: the context it serves (a longer
+    prompt is refused as a model server refuses it)."""
     from repro.proxy import ProxyConfig
     from repro.serving.stack import CpuServingConfig, running_stack
     from repro.tasks.loaders import write_tasks
@@ -27,7 +28,7 @@ def expert_stack(tasks: list[Any], run_dir: Path) -> Iterator[Any]:
     model_dir = build_tiny_model(run_dir / "model", TinyModelConfig(vocab_size=1024), [])
     with running_stack(model_dir, CpuServingConfig(), ProxyConfig(port=0), run_dir,
                        expert_tasks=write_tasks(tasks, run_dir / "tasks.jsonl"),
-                       server_overrides={"max_model_len": EXPERT_MODEL_LEN}) as stack:
+                       server_overrides={"max_model_len": max_model_len}) as stack:
         yield stack
 
 

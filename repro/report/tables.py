@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from repro.report.before_after import write_before_after_tables
+from repro.report.context_table import write_context_tables
 from repro.report.engines_table import write_engine_tables
 from repro.report.eval_docker_table import write_eval_docker_tables
 from repro.report.eval_table import write_eval_tables
@@ -159,6 +160,7 @@ WRITERS: dict[str, Callable[[list[dict[str, Any]], Path], list[Path]]] = {
     "harness_matrix": write_harness_matrix_tables,
     "jail_overhead": write_jail_overhead_tables,
     "harness_bench": write_harness_bench_tables,
+    "context_profile": write_context_tables,
 }
 
 

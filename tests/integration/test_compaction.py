@@ -36,6 +36,7 @@ from repro.serving.stack import CpuServingConfig, running_stack
 from repro.store import open_store
 from repro.tasks.distributions import TaskDistributionConfig, build_distribution
 from repro.tinymodel.model import TinyModelConfig, build_tiny_model
+from repro.train.samples.rows import fragments
 from tests.support import installed_node_cli
 
 MODEL = TinyModelConfig(vocab_size=1024, max_position_embeddings=65536)
@@ -89,6 +90,18 @@ def drive(name: str, cfg: Any, scenarios: dict[str, list[str]], window: int, roo
     return Compacted(report, calls, window)
 
 
+def assert_chains(run: Compacted, compaction_seq: int) -> None:
+    """The rollout's rows (``prefix_merge``): the compaction call and the call after it start chains of their own,
+    and every sampled token of the answered calls is in exactly one row."""
+    rows, skipped = fragments(run.calls)
+    starts = {row.call_seqs[0] for row in rows}
+    assert {compaction_seq, compaction_seq + 1} <= starts and len(rows) >= 3, [r.call_seqs for r in rows]
+    answered = [c for c in run.calls if c.status == "ok"]
+    assert sorted(s for r in rows for s in r.call_seqs) == [c.seq for c in answered]
+    assert sum(r.n_sampled for r in rows) == sum(len(c.completion_ids) for c in answered)
+    assert {s.seq for s in skipped} == {c.seq for c in run.calls} - {c.seq for c in answered}
+
+
 def refused_then_compacted(run: Compacted) -> tuple[Any, Any, Any, Any]:
     """(the last policy call answered before the first refusal, the refused call (stored without token ids), the
     summary call after it, the next policy call after that)."""
@@ -128,6 +141,7 @@ def test_openhands_condenses_when_the_window_refuses_a_call(openhands: dict[str,
     assert [m["role"] for m in summary.request["messages"]] == ["system", "user"]
     assert resumed.status == "ok" and len(resumed.prompt_ids) < len(before.prompt_ids)
     assert resumed.prompt_ids != before.prompt_ids[:len(resumed.prompt_ids)]  # not a shortened copy: a summary
+    assert_chains(run, summary.seq)
     report = run.report
     assert report.context_refusals >= 1 and not report.context_exceeded and not report.infra_failure, report
 
@@ -179,6 +193,7 @@ def test_codex_compacts_below_the_window(codex: dict[str, Compacted]) -> None:
     assert CODEX_RESUMED in json.dumps(resumed.request["messages"]) and SUMMARY in json.dumps(resumed.request)
     assert len(resumed.prompt_ids) < len(before.prompt_ids) and resumed.extends_previous is False
     assert run.report.harness_status == "finished" and run.report.context_refusals == 0, run.report
+    assert_chains(run, compaction.seq)
 
 
 def test_codex_without_the_settings_ends_on_the_refusal(codex: dict[str, Compacted]) -> None:
@@ -228,6 +243,7 @@ def test_qwen_code_compresses_before_the_window(qwen: dict[str, Compacted]) -> N
     assert len(resumed.prompt_ids) < len(before.prompt_ids) and resumed.extends_previous is False
     assert SUMMARY in json.dumps(resumed.request["messages"]) and resumed.request.get("tools")
     assert run.report.harness_status == "finished" and run.report.context_refusals == 0, run.report
+    assert_chains(run, compression.seq)
 
 
 def test_qwen_code_by_default_compresses_only_a_refused_call(qwen: dict[str, Compacted]) -> None:
@@ -287,6 +303,7 @@ def test_claude_code_compacts_below_the_window(claude: dict[str, Compacted]) -> 
     assert CLAUDE_RESUMED in json.dumps(resumed.request["messages"]) and SUMMARY in json.dumps(resumed.request)
     assert len(resumed.prompt_ids) < len(before.prompt_ids) and resumed.extends_previous is False
     assert run.report.harness_status == "finished" and run.report.context_refusals == 0, run.report
+    assert_chains(run, compaction.seq)
 
 
 def test_claude_code_by_default_compacts_only_a_refused_call(claude: dict[str, Compacted]) -> None:
