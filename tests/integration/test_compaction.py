@@ -113,6 +113,16 @@ def refused_then_compacted(run: Compacted) -> tuple[Any, Any, Any, Any]:
     return before, refused, summary, resumed
 
 
+def with_and_without(factory: pytest.TempPathFactory, name: str, cfg: Any, window: int, margin: int,
+                     scenarios: dict[str, list[str]]) -> dict[str, Compacted]:
+    """The CLI ``name`` driven past ``window`` set to compact ``margin`` below it (``window``) and as it comes
+    (``default``)."""
+    installed_node_cli(SPECS[name])  # skipped (one line why) where npm cannot install it; CI requires it
+    root = factory.mktemp(name)
+    return {"window": drive(name, cfg.compacting_below(window, margin), scenarios, window, root / "window"),
+            "default": drive(name, cfg, scenarios, window, root / "default")}
+
+
 # OpenHands' first prompt is ~20.9k tokens of the tiny byte-level tokenizer; its 6th call passes 36k. Iterations:
 # 5 steps, the refused one, the condensation, 2 steps after it (it ends on an answered call).
 OPENHANDS_WINDOW = 36_000
@@ -175,15 +185,11 @@ def codex_scenarios() -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def codex(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compacted]:
-    installed_node_cli(SPECS["codex"])  # skipped (one line why) where npm cannot install it; CI requires it
-    root = tmp_path_factory.mktemp("codex")
-    compacting = CODEX.compacting_below(CODEX_WINDOW, CODEX_MARGIN)
-    return {"compacting": drive("codex", compacting, codex_scenarios(), CODEX_WINDOW, root / "compacting"),
-            "unset": drive("codex", CODEX, codex_scenarios(), CODEX_WINDOW, root / "unset")}
+    return with_and_without(tmp_path_factory, "codex", CODEX, CODEX_WINDOW, CODEX_MARGIN, codex_scenarios())
 
 
 def test_codex_compacts_below_the_window(codex: dict[str, Compacted]) -> None:
-    run = codex["compacting"]
+    run = codex["window"]
     assert all(c.status == "ok" for c in run.calls), [(c.seq, c.status, c.error) for c in run.calls]
     (compaction,) = [c for c in run.calls if CODEX_COMPACTION in json.dumps(c.request["messages"][-1])]
     assert not compaction.request.get("tools") and compaction.streamed
@@ -198,7 +204,7 @@ def test_codex_compacts_below_the_window(codex: dict[str, Compacted]) -> None:
 
 def test_codex_without_the_settings_ends_on_the_refusal(codex: dict[str, Compacted]) -> None:
     """Control: the same model with Codex's defaults (a window it takes for unbounded) grows past the server's."""
-    run = codex["unset"]
+    run = codex["default"]
     assert not any(CODEX_COMPACTION in json.dumps(c.request["messages"][-1]) for c in run.calls)
     assert run.calls[-1].status == "context_exceeded"
     assert run.report.context_exceeded and run.report.context_exceeded_seq == run.calls[-1].seq, run.report
@@ -226,12 +232,8 @@ def qwen_compression_calls(run: Compacted) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compacted]:
-    installed_node_cli(SPECS["qwen-code"])  # skipped (one line why) where npm cannot install it; CI requires it
-    root = tmp_path_factory.mktemp("qwen")
     cfg = QwenCodeConfig(max_output_tokens=128)
-    return {"window": drive("qwen-code", cfg.compacting_below(QWEN_WINDOW, QWEN_MARGIN), qwen_scenarios(),
-                            QWEN_WINDOW, root / "window"),
-            "default": drive("qwen-code", cfg, qwen_scenarios(), QWEN_WINDOW, root / "default")}
+    return with_and_without(tmp_path_factory, "qwen-code", cfg, QWEN_WINDOW, QWEN_MARGIN, qwen_scenarios())
 
 
 def test_qwen_code_compresses_before_the_window(qwen: dict[str, Compacted]) -> None:
@@ -287,11 +289,7 @@ def claude_compactions(run: Compacted) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def claude(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compacted]:
-    installed_node_cli(SPECS["claude-code"])  # skipped (one line why) where npm cannot install it; CI requires it
-    root = tmp_path_factory.mktemp("claude")
-    window = CLAUDE.compacting_below(CLAUDE_WINDOW, CLAUDE_MARGIN)
-    return {"window": drive("claude-code", window, claude_scenarios(), CLAUDE_WINDOW, root / "window"),
-            "default": drive("claude-code", CLAUDE, claude_scenarios(), CLAUDE_WINDOW, root / "default")}
+    return with_and_without(tmp_path_factory, "claude-code", CLAUDE, CLAUDE_WINDOW, CLAUDE_MARGIN, claude_scenarios())
 
 
 def test_claude_code_compacts_below_the_window(claude: dict[str, Compacted]) -> None:
