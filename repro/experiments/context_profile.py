@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,8 @@ class ContextProfileConfig:
     """``arms``: each {label, harness (registry name), config (overrides of its defaults), compaction (None |
     ``compacting_below`` | ``context_limit``), margin (tokens, for ``compacting_below``)}; ``headrooms``: tokens
     above the first prompt and ``max_tokens``, one window each; the tasks: ``n_tasks`` bundled tasks of
-    ``difficulty`` (``task_seed``, train split)."""
+    ``difficulty`` (``task_seed``, train split); ``time_limit_s``: each rollout's wall time (a harness whose
+    compaction cannot get under the window may compact without end: OpenCode does)."""
 
     arms: list[dict[str, Any]] = field(default_factory=lambda: [{"label": "mini-SWE-agent 2.4.6",
                                                                   "harness": "mini_swe_agent"}])
@@ -43,6 +44,7 @@ class ContextProfileConfig:
     difficulty: str = "locate"
     max_tokens: int = 256
     concurrency: int = 2
+    time_limit_s: float = 120.0
 
 
 @dataclass
@@ -96,11 +98,14 @@ def compaction_at(arm: dict[str, Any], headroom: int | None) -> str | None:
     return compaction
 
 
-def arm_config(arm: dict[str, Any], window: int | None, compaction: str | None) -> Any:
-    """The harness config of ``arm`` for a served ``window`` (None: with room, as configured)."""
+def arm_config(arm: dict[str, Any], window: int | None, compaction: str | None, time_limit_s: float = 0) -> Any:
+    """The harness config of ``arm`` for a served ``window`` (None: with room, as configured), with a rollout's
+    ``time_limit_s`` where the harness takes one (OpenHands' bound is its ``max_iterations``)."""
     from harness_adapters.registry import harness_config
 
     cfg = harness_config(arm["harness"], arm.get("config") or None)
+    if time_limit_s and "wall_time_limit_s" in {f.name for f in fields(cfg)}:
+        cfg = replace(cfg, wall_time_limit_s=time_limit_s)
     if window is None or compaction is None:
         return cfg
     if compaction == "compacting_below":
@@ -117,7 +122,7 @@ def run_window(arm: dict[str, Any], window: int | None, compaction: str | None, 
     from repro.store import open_store
 
     with expert_stack(tasks, folder, window or EXPERT_MODEL_LEN) as stack, \
-            get_harness(arm["harness"], arm_config(arm, window, compaction)) as harness:
+            get_harness(arm["harness"], arm_config(arm, window, compaction, cfg.time_limit_s)) as harness:
         reports = run_tasks(harness, stack, tasks, folder / "rollouts", folder / "traces.sqlite",
                             experiment=EXPERIMENT, max_tokens=cfg.max_tokens, concurrency=cfg.concurrency)
     store = open_store(folder / "traces.sqlite")

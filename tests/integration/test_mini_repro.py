@@ -16,7 +16,10 @@ from tests.support import SMALL, repro_cli
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize(("experiment", "demo_calls"), [("mini_repro", {3, 4}), ("mini_repro_one_call", {1})])
+@pytest.mark.parametrize(("experiment", "demo_calls"), [
+    ("mini_repro", {3, 4}),
+    # ~60 s: the same phases as the default's; its one-call expert runs in test_expert_mini_swe_agent
+    pytest.param("mini_repro_one_call", {1}, marks=pytest.mark.slow)])
 def test_mini_repro_runs_every_phase_through_the_proxy(tmp_path: Path, experiment: str, demo_calls: set[int]) -> None:
     root = Path(__file__).parents[2]
     out = repro_cli("run", f"experiment={experiment}", f"run.output_root={tmp_path}", *SMALL, cwd=root)

@@ -9,6 +9,7 @@ import pytest
 
 from harness_adapters.cli_agents import CodexConfig
 from harness_adapters.opencode import OpenCodeConfig
+from harness_adapters.openhands import OpenHandsConfig
 from repro.experiments.context_profile import (
     RolloutContext,
     arm_config,
@@ -61,3 +62,10 @@ def test_compaction_is_set_only_where_the_margin_fits_the_headroom() -> None:
     opencode = {"label": "opencode", "harness": "opencode", "compaction": "context_limit"}
     assert compaction_at(opencode, 1024) == "context_limit"
     assert arm_config(opencode, 21_000, "context_limit") == OpenCodeConfig(context_limit=21_000)
+
+
+def test_a_time_limit_goes_where_the_harness_takes_one() -> None:
+    codex = arm_config({"label": "c", "harness": "codex"}, None, None, time_limit_s=60)
+    assert codex.wall_time_limit_s == 60
+    openhands = {"label": "o", "harness": "openhands", "config": {"max_iterations": 30}}
+    assert arm_config(openhands, None, None, time_limit_s=60) == OpenHandsConfig(max_iterations=30)
