@@ -97,7 +97,8 @@ class OpenCodeConfig:
     ``context_limit`` / ``output_limit``: the model's ``limit`` (``max_tokens`` = ``output_limit``; compaction
     threshold). ``wall_time_limit_s`` is not an OpenCode setting: it is the evaluation's time limit (0 = default).
     ``train_title`` / ``train_compaction``: send the title request / the compaction summary to the policy route
-    (default: recorded as ``auxiliary`` / ``summary``, not trained on). ``extra_config`` is merged last into
+    (default: recorded as ``auxiliary`` / ``summary``; ``samples.train_purposes``, by default ``policy`` and
+    ``summary``, decides which are trained: the summary is, the title is not). ``extra_config`` is merged last into
     ``opencode.json``. ``launcher``: ``run`` (one ``opencode run`` a rollout, jailed or not) or ``serve`` (one
     ``opencode serve`` per concurrent rollout, a session a rollout: :mod:`harness_adapters.opencode_serve`;
     ``isolation=none`` only); the model sees the same either way."""
