@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from repro.report.table_files import write_newest_table
+
 
 def _window(row: dict[str, Any]) -> str:
     return "room" if row["window"] is None else f"{row['window']:,} (+{row['headroom']:,})"
@@ -67,7 +69,4 @@ def context_markdown(runs: list[dict[str, Any]]) -> str:
 
 def write_context_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """``results/context_profile.md`` (the newest run) and ``.csv``."""
-    md, csv = results / "context_profile.md", results / "context_profile.csv"
-    md.write_text(context_markdown(runs))
-    context_frame(runs[-1]).to_csv(csv, index=False)
-    return [md, csv]
+    return write_newest_table(runs, results, "context_profile", context_markdown, context_frame)

@@ -9,6 +9,8 @@ from typing import Any
 
 import pandas as pd
 
+from repro.report.table_files import write_newest_table
+
 PHASES = ("eval_before", "rl", "eval_after")
 
 
@@ -75,7 +77,5 @@ def engines_markdown(runs: list[dict[str, Any]]) -> str:
 
 
 def write_engine_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
-    md, csv = results / "vllm_cpu.md", results / "vllm_cpu.csv"
-    md.write_text(engines_markdown(runs))
-    engine_frame(runs[-1]).to_csv(csv, index=False)
-    return [md, csv]
+    """``results/vllm_cpu.md`` (the newest run) and ``.csv``."""
+    return write_newest_table(runs, results, "vllm_cpu", engines_markdown, engine_frame)

@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from repro.report.table_files import write_newest_table
+
 REFERENCE = "mini_swe_agent"  # the harness the others are compared with (its first arm)
 
 
@@ -57,7 +59,4 @@ def harness_bench_markdown(runs: list[dict[str, Any]]) -> str:
 
 def write_harness_bench_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """``results/bench_harnesses.md`` (the newest run) and ``.csv``."""
-    md, csv = results / "bench_harnesses.md", results / "bench_harnesses.csv"
-    md.write_text(harness_bench_markdown(runs))
-    harness_bench_frame(runs[-1]).to_csv(csv, index=False)
-    return [md, csv]
+    return write_newest_table(runs, results, "bench_harnesses", harness_bench_markdown, harness_bench_frame)

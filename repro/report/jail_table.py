@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from repro.report.table_files import write_newest_table
+
 PRIMITIVES = {"true": "start `/bin/true`", "fetch": "one HTTP fetch through the relay (Python start included)"}
 
 
@@ -57,7 +59,4 @@ def jail_overhead_markdown(runs: list[dict[str, Any]]) -> str:
 
 def write_jail_overhead_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """``results/jail_overhead.md`` (the newest run) and ``.csv``."""
-    md, csv = results / "jail_overhead.md", results / "jail_overhead.csv"
-    md.write_text(jail_overhead_markdown(runs))
-    jail_overhead_frame(runs[-1]).to_csv(csv, index=False)
-    return [md, csv]
+    return write_newest_table(runs, results, "jail_overhead", jail_overhead_markdown, jail_overhead_frame)

@@ -1,5 +1,5 @@
 """Where a table's runs and files go: the table a run belongs to (its ``table``, else its experiment), the file
-stem of a table name, and the ``<table>.md`` / ``.csv`` pair most kinds write."""
+stem of a table name, and the ``<table>.md`` / ``.csv`` pair most kinds write (of every run, or of the newest)."""
 
 from __future__ import annotations
 
@@ -55,3 +55,13 @@ def write_named_tables(runs: Rows, results: Path, markdown: Callable[[Rows], str
         pd.DataFrame(lines).to_csv(csv, index=False)
         written += [md, csv]
     return written
+
+
+def write_newest_table(runs: Rows, results: Path, stem: str, markdown: Callable[[Rows], str],
+                       frame: Callable[[dict[str, Any]], pd.DataFrame]) -> list[Path]:
+    """``results/<stem>.md`` (``markdown`` of the runs: it shows the newest) and ``.csv`` (``frame`` of the newest
+    run): the tables of benchmarks, where a rerun replaces the last."""
+    md, csv = results / f"{stem}.md", results / f"{stem}.csv"
+    md.write_text(markdown(runs))
+    frame(runs[-1]).to_csv(csv, index=False)
+    return [md, csv]

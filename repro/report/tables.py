@@ -33,6 +33,7 @@ from repro.report.jail_table import write_jail_overhead_tables
 from repro.report.loop_comparison_table import write_loop_comparison_tables
 from repro.report.protocol import count_split_use
 from repro.report.run_records import failure_input, publish, read_records, records_of_outputs, table_input
+from repro.report.table_files import write_newest_table
 from repro.report.tokenizer_drift_table import write_tokenizer_drift_tables
 
 RECORDS_DIR = "runs"  # results/runs/<experiment>/<run-id>/record.json
@@ -141,10 +142,7 @@ def write_tables(outputs: Path, results: Path) -> list[Path]:
 
 def write_proxy_overhead_tables(runs: list[dict[str, Any]], results: Path) -> list[Path]:
     """``results/proxy_overhead.md`` (the newest run, with its provenance) and ``.csv``."""
-    md, csv = results / "proxy_overhead.md", results / "proxy_overhead.csv"
-    md.write_text(proxy_overhead_markdown(runs))
-    proxy_overhead_frame(runs[-1]).to_csv(csv, index=False)
-    return [md, csv]
+    return write_newest_table(runs, results, "proxy_overhead", proxy_overhead_markdown, proxy_overhead_frame)
 
 
 # Each metrics ``kind`` with a table and what writes it from the kind's runs (table inputs, oldest first), in the
