@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from repro.report.table_files import write_newest_table
+from repro.report.table_files import source_line, write_newest_table
 
 
 def _window(row: dict[str, Any]) -> str:
@@ -61,8 +61,7 @@ def context_markdown(runs: list[dict[str, Any]]) -> str:
         "",
         context_frame(metrics).to_markdown(index=False),
         "",
-        f"Source: `{metrics.get('run_dir', '?')}` · git {metrics.get('git_sha') or '?'} · "
-        f"{metrics.get('cpu_count', '?')} cores · `repro run experiment=context_profile` then `repro table`.",
+        source_line(metrics, "context_profile"),
     ]
     return "\n".join(lines) + "\n"
 

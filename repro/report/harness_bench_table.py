@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from repro.report.table_files import write_newest_table
+from repro.report.table_files import source_line, write_newest_table
 
 REFERENCE = "mini_swe_agent"  # the harness the others are compared with (its first arm)
 
@@ -51,8 +51,7 @@ def harness_bench_markdown(runs: list[dict[str, Any]]) -> str:
         "",
         harness_bench_frame(metrics).to_markdown(index=False),
         "",
-        f"Source: `{metrics.get('run_dir', '?')}` · git {metrics.get('git_sha') or '?'} · "
-        f"{metrics.get('cpu_count', '?')} cores · `repro run experiment=bench_harnesses` then `repro table`.",
+        source_line(metrics, "bench_harnesses"),
     ]
     return "\n".join(lines) + "\n"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from repro.report.table_files import write_newest_table
+from repro.report.table_files import source_line, write_newest_table
 
 PRIMITIVES = {"true": "start `/bin/true`", "fetch": "one HTTP fetch through the relay (Python start included)"}
 
@@ -51,8 +51,7 @@ def jail_overhead_markdown(runs: list[dict[str, Any]]) -> str:
         "",
         jail_overhead_frame(metrics).to_markdown(index=False),
         "",
-        f"Source: `{metrics.get('run_dir', '?')}` · git {metrics.get('git_sha') or '?'} · "
-        f"{metrics.get('cpu_count', '?')} cores · `repro run experiment=bench_jail` then `repro table`.",
+        source_line(metrics, "bench_jail"),
     ]
     return "\n".join(lines) + "\n"
 

@@ -65,3 +65,9 @@ def write_newest_table(runs: Rows, results: Path, stem: str, markdown: Callable[
     md.write_text(markdown(runs))
     frame(runs[-1]).to_csv(csv, index=False)
     return [md, csv]
+
+
+def source_line(metrics: dict[str, Any], experiment: str) -> str:
+    """Where a benchmark table's numbers come from: the run, its commit and cores, and the commands."""
+    return (f"Source: `{metrics.get('run_dir', '?')}` · git {metrics.get('git_sha') or '?'} · "
+            f"{metrics.get('cpu_count', '?')} cores · `repro run experiment={experiment}` then `repro table`.")

@@ -33,7 +33,7 @@ from repro.report.jail_table import write_jail_overhead_tables
 from repro.report.loop_comparison_table import write_loop_comparison_tables
 from repro.report.protocol import count_split_use
 from repro.report.run_records import failure_input, publish, read_records, records_of_outputs, table_input
-from repro.report.table_files import write_newest_table
+from repro.report.table_files import source_line, write_newest_table
 from repro.report.tokenizer_drift_table import write_tokenizer_drift_tables
 
 RECORDS_DIR = "runs"  # results/runs/<experiment>/<run-id>/record.json
@@ -125,8 +125,7 @@ def proxy_overhead_markdown(runs: list[dict[str, Any]]) -> str:
         "",
         frame.to_markdown(index=False, floatfmt=".3f"),
         "",
-        f"Source: `{metrics.get('run_dir', '?')}` · git {metrics.get('git_sha') or '?'} · "
-        f"{metrics.get('cpu_count', '?')} cores · `repro run experiment=bench_proxy` then `repro table`.",
+        source_line(metrics, "bench_proxy"),
     ]
     return "\n".join(lines) + "\n"
 
