@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from harness_adapters.command import run_command
 from harness_adapters.isolation import check_isolation, resolve_isolation, rollout_jail
+from harness_adapters.merge import merge_configs
 from harness_adapters.node_cli_env import CLAUDE_CODE, CODEX, QWEN_CODE, NodeCliEnv, NodeCliSpec, ensure_node_cli_env
 from harness_adapters.per_rollout import PerRolloutHarness
 from harness_adapters.processes import DUMMY_API_KEY, isolated_env
@@ -91,16 +92,7 @@ class QwenCodeConfig(CliAgentConfig):
     def compacting_below(self, window: int, margin: int) -> QwenCodeConfig:
         """This config with compression due ``margin`` tokens below a served ``window`` (see QwenCodeHarness)."""
         generation = {"contextWindowSize": window + 33_000 - margin, "enableCacheControl": False}
-        return replace(self, settings=merged(self.settings, {"model": {"generationConfig": generation}}))
-
-
-def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``extra`` merged in, nested objects key by key (a settings file and its overrides)."""
-    out = dict(base)
-    for key, value in extra.items():
-        both = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = merged(out[key], value) if both else value
-    return out
+        return replace(self, settings=merge_configs(self.settings, {"model": {"generationConfig": generation}}))
 
 
 class CliAgentHarness(PerRolloutHarness):
@@ -250,7 +242,8 @@ class QwenCodeHarness(CliAgentHarness):
     def cli_env(self, base_url: str, model: str, home: Path) -> dict[str, str]:
         settings = home / ".qwen" / "settings.json"  # its background memory-extraction call off (a side request)
         settings.parent.mkdir(parents=True, exist_ok=True)
-        settings.write_text(json.dumps(merged({"memory": {"enableManagedAutoMemory": False}}, self.cfg.settings)))
+        base = {"memory": {"enableManagedAutoMemory": False}}
+        settings.write_text(json.dumps(merge_configs(base, self.cfg.settings)))
         env = {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": DUMMY_API_KEY, "OPENAI_MODEL": model}
         if self.cfg.max_output_tokens:
             env["QWEN_CODE_MAX_OUTPUT_TOKENS"] = str(self.cfg.max_output_tokens)

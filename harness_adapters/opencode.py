@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_adapters.isolation import check_isolation, resolve_isolation, rollout_jail
+from harness_adapters.merge import merge_configs
 from harness_adapters.opencode_env import OpenCodeEnv, ensure_opencode_env
 from harness_adapters.opencode_outcome import SESSION_NAME, classify, classify_served, parse_events
 from harness_adapters.opencode_serve import OpenCodeServer, ServerPool
@@ -163,7 +164,7 @@ def opencode_config(cfg: OpenCodeConfig, model: str, urls: dict[str, str]) -> di
     }
     if agents:
         config["agent"] = agents
-    return _merge(config, cfg.extra_config)
+    return merge_configs(config, cfg.extra_config)
 
 
 def build_command(env: OpenCodeEnv, model: str, agent: str) -> list[str]:
@@ -205,14 +206,6 @@ def prepare_home(env: OpenCodeEnv, home: Path) -> None:
     link = config_dir / "node_modules"
     if not link.is_symlink():
         link.symlink_to(env.config_deps / "node_modules", target_is_directory=True)
-
-
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        old = merged.get(key)
-        merged[key] = _merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
-    return merged
 
 
 def _sha256(data: bytes) -> str:

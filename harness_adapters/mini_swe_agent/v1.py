@@ -58,6 +58,7 @@ import yaml
 
 from harness_adapters.forked import ForkServer
 from harness_adapters.isolation import JAIL_WORKDIR, resolve_isolation, rollout_jail
+from harness_adapters.merge import merge_configs
 from harness_adapters.mini_swe_agent.adapter import (
     CONFIG_NAMES,
     NAME,
@@ -92,17 +93,6 @@ V1_ENV = {"MSWEA_SILENT_STARTUP": "1"}
 LAUNCHERS = ("fork", "exec")
 MINI_ENTRY = "minisweagent.run.mini:app"  # what the ``mini`` console script calls
 MINI_PRELOAD = ("litellm", "minisweagent.models.litellm_model")  # imported on a rollout's first model call
-
-
-def merge_configs(*layers: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge config dicts, later layers winning: nested mappings merge key by key, anything else replaces."""
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        for key, value in layer.items():
-            old = merged.get(key)
-            merged[key] = merge_configs(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) \
-                else value
-    return merged
 
 
 def rollout_overlay(base_url: str, workdir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
