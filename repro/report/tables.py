@@ -24,6 +24,7 @@ import pandas as pd
 
 from repro.report.before_after import write_before_after_tables
 from repro.report.context_table import write_context_tables
+from repro.report.context_training_table import write_context_training_tables
 from repro.report.engines_table import write_engine_tables
 from repro.report.eval_docker_table import write_eval_docker_tables
 from repro.report.eval_table import write_eval_tables
@@ -158,6 +159,7 @@ WRITERS: dict[str, Callable[[list[dict[str, Any]], Path], list[Path]]] = {
     "jail_overhead": write_jail_overhead_tables,
     "harness_bench": write_harness_bench_tables,
     "context_profile": write_context_tables,
+    "context_training": write_context_training_tables,
 }
 
 
