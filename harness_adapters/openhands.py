@@ -102,7 +102,8 @@ class OpenHandsConfig:
     """Harness settings fixed across rollouts (all but ``launcher`` part of the identity).
 
     ``condenser``: ``summarizing`` (the default agent's ``LLMSummarizingCondenser``; 80 / 4 are its sizes) or
-    ``none``. ``command_timeout_s``: the terminal tool's no-change timeout (a command silent that long returns
+    ``none``; ``condenser_max_tokens``: it also condenses when LiteLLM's count of the view passes this (the SDK's
+    ``max_tokens``; for an unknown model name tiktoken's count, not the served tokenizer's). ``command_timeout_s``: the terminal tool's no-change timeout (a command silent that long returns
     to the agent, still running); None keeps the default agent's (30 s). ``temperature`` / ``max_tokens`` are
     sent only when set (``max_tokens`` = the SDK's ``max_output_tokens``, sent as ``max_completion_tokens``; a
     temperature needs ``capability_overrides.supports_sampling_params``, set with it, because the SDK drops
@@ -118,6 +119,7 @@ class OpenHandsConfig:
     condenser: Literal["summarizing", "none"] = "summarizing"
     condenser_max_size: int = 80
     condenser_keep_first: int = 4
+    condenser_max_tokens: int | None = None  # also condense past this many tokens (LiteLLM's count of the view)
     command_timeout_s: int | None = None
     temperature: float | None = None
     max_tokens: int | None = None
@@ -170,6 +172,8 @@ class OpenHandsConfig:
         if self.condenser == "summarizing":
             condenser |= {"max_size": self.condenser_max_size, "keep_first": self.condenser_keep_first,
                           "llm": "same model, proxy purpose 'summary'"}
+            if self.condenser_max_tokens is not None:
+                condenser["max_tokens"] = self.condenser_max_tokens
         return {"agent": "get_default_agent(cli_mode=True)", "tools": list(DEFAULT_TOOLS),
                 "max_iterations": self.max_iterations, "condenser": condenser,
                 "command_timeout_s": self.command_timeout_s, "llm": self.llm_fields(), "stuck_detection": True}
@@ -275,7 +279,8 @@ class OpenHandsHarness(PerRolloutHarness):
         """The runner's spec for ``rollout`` (no secrets: the key travels in the environment); ``jailed``: the runner
         runs in a jail (whose root has ptys of its own for tmux)."""
         cfg = self.cfg
-        condenser = {"kind": cfg.condenser, "max_size": cfg.condenser_max_size, "keep_first": cfg.condenser_keep_first}
+        condenser = {"kind": cfg.condenser, "max_size": cfg.condenser_max_size, "keep_first": cfg.condenser_keep_first,
+                     "max_tokens": cfg.condenser_max_tokens}
         terminal = {} if cfg.command_timeout_s is None else {"no_change_timeout_seconds": cfg.command_timeout_s}
         return {
             "task": rollout.task.problem_statement, "workdir": str(Path(rollout.workdir).resolve()),

@@ -88,8 +88,9 @@ def build_agent(spec: dict[str, Any]) -> Any:
     if kind == "none":
         update["condenser"] = None
     elif kind == "summarizing":
+        by_tokens = {"max_tokens": int(condenser["max_tokens"])} if condenser.get("max_tokens") else {}
         update["condenser"] = LLMSummarizingCondenser(
-            llm=summary_llm, max_size=int(condenser["max_size"]), keep_first=int(condenser["keep_first"]))
+            llm=summary_llm, max_size=int(condenser["max_size"]), keep_first=int(condenser["keep_first"]), **by_tokens)
     elif kind == "default":
         base = agent.condenser
         update["condenser"] = base.model_copy(update={"llm": summary_llm}) if base is not None else None

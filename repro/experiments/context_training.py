@@ -4,7 +4,9 @@ One mixed warm start that acts in the harness (:mod:`repro.experiments.harness_m
 served window small enough that the harness's context management acts: W = the warm start's longest first prompt
 + the forced ``max_tokens`` + ``window_steps`` x its median growth of the prompt a step, both measured with room on
 ``probe_tasks`` RL tasks (never the held-out ones), so that a typical rollout meets W at its third call. The warm
-start and every arm are evaluated at W in the harness as configured (OpenHands: its condenser on).
+start and every arm are evaluated at W in the harness as configured (OpenHands: its condenser on). With ``window:
+room`` the model keeps its own context and the harness compacts by its own count (OpenHands' ``condenser_max_size``
+events), the probe's figures still recorded.
 
 Each arm is RL from that warm start at W, one per (arm, RL seed): ``weighting`` (``rollout``: a rollout's rows
 share one rollout's weight; ``fragment``: each row counts as an episode) and ``condenser`` (``none``: the harness
@@ -41,6 +43,7 @@ from repro.store import open_store
 
 EXPERIMENT = "context_training"
 CONDENSERS = ("summarizing", "none")
+WINDOWS = ("probe", "room")
 
 
 @dataclass
@@ -61,7 +64,8 @@ class ContextArm:
 @dataclass
 class ContextTrainingConfig:
     """``harness``: the matrix harness RL trains and evaluates in; ``arms`` x ``rl_seeds`` (run seed-major, so a
-    budget cut leaves whole seeds); the window rule's ``probe_tasks`` and ``window_steps``; ``budget_s``: no arm
+    budget cut leaves whole seeds); the window rule's ``probe_tasks`` and ``window_steps`` (``window``: ``probe``
+    serves W, ``room`` the model's own context); ``budget_s``: no arm
     starts after that many seconds of the run (0: no limit)."""
 
     harness: str = "openhands"
@@ -70,6 +74,7 @@ class ContextTrainingConfig:
     rl_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     probe_tasks: int = 16
     window_steps: float = 1.5
+    window: str = "probe"  # probe: the rule above | room: the model's own context (compaction by the harness's count)
     budget_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -79,6 +84,8 @@ class ContextTrainingConfig:
             raise ValueError(f"context.arms: need distinct arm names, got {names}")
         if self.probe_tasks < 2 or self.window_steps <= 0:
             raise ValueError("context.probe_tasks must be >= 2 and context.window_steps > 0")
+        if self.window not in WINDOWS:
+            raise ValueError(f"context.window must be one of {WINDOWS}, got {self.window!r}")
 
 
 def prompt_lengths(store_path: Path, mode: str) -> list[list[int]]:
@@ -113,15 +120,18 @@ def at_window(mini: Miniature, window: int | None, agent: Any = None) -> Miniatu
 
 
 def probe_window(mini: Miniature, cfg: ContextTrainingConfig, rl: RLConfig, folder: Path) -> dict[str, Any]:
-    """The warm start with room on the first ``probe_tasks`` RL tasks; the window the rule gives."""
+    """The warm start with room on the first ``probe_tasks`` RL tasks; the window the rule gives (None with
+    ``window: room``: the model's own context, the probe's figures kept)."""
     from repro.recipe.expert_runs import run_tasks
 
+    folder.mkdir(parents=True, exist_ok=True)
     with mini.cfg.setup.server(mini.warm_dir, folder) as stack:
         run_tasks(mini.agent, stack, mini.rl_tasks[:cfg.probe_tasks], folder / "rollouts",
                   Path(stack.proxy.store_path), experiment=EXPERIMENT, max_tokens=rl.max_tokens,
                   concurrency=min(rl.concurrency, cfg.probe_tasks))
         store_path = Path(stack.proxy.store_path)
-    return window_rule(prompt_lengths(store_path, "eval"), rl.max_tokens, cfg.window_steps)
+    rule = window_rule(prompt_lengths(store_path, "eval"), rl.max_tokens, cfg.window_steps)
+    return rule | {"rule": cfg.window, "window": rule["window"] if cfg.window == "probe" else None}
 
 
 def evaluate(mini: Miniature, stack: Any, folder: Path, label: str) -> list[Any]:

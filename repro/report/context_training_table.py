@@ -37,14 +37,14 @@ def _mean(values: list[float]) -> float:
 
 
 def arm_row(run: Run, name: str, seeds: list[Run]) -> dict[str, Any]:
-    """One arm pooled over its seeds: Pass@1 at the window, its gain over the warm start, how training branched."""
+    """One arm pooled over its seeds: Pass@1, its gain over the warm start, how training branched."""
     pooled = mean_over_seeds([a["per_instance"] for a in seeds])
     paired = paired_summary(run["warm_per_instance"], pooled)
     cells = paired_cells(paired)
     deltas = [a["paired_vs_warm"]["delta"] for a in seeds]
     train, ev = [a["training"] for a in seeds], [a["context"] for a in seeds]
     return {"arm": name, "weighting": seeds[0]["weighting"], "condenser (training)": seeds[0]["condenser"],
-            "seeds": ",".join(str(a["seed"]) for a in seeds), "Pass@1 at W": mean_cell(pooled),
+            "seeds": ",".join(str(a["seed"]) for a in seeds), "Pass@1": mean_cell(pooled),
             "gain [95% CI]": cells["delta [95% CI]"], "MDE": cells["MDE"], "sign-flip p": cells["sign-flip p"],
             "each seed": ", ".join(f"{100 * d:+.1f}" for d in deltas), "over seeds": seeds_cell(deltas),
             "train rows / rollout": f"{_mean([t['rows_mean'] for t in train]):.2f}",
@@ -57,7 +57,7 @@ def arm_row(run: Run, name: str, seeds: list[Run]) -> dict[str, Any]:
 
 def warm_row(run: Run) -> dict[str, Any]:
     ev = run["warm_context"]
-    return {"arm": WARM, "Pass@1 at W": mean_cell(run["warm_per_instance"]), "eval refused": pct(ev["refused"]),
+    return {"arm": WARM, "Pass@1": mean_cell(run["warm_per_instance"]), "eval refused": pct(ev["refused"]),
             "eval context_exceeded": pct(ev["context_exceeded"])}
 
 
@@ -69,7 +69,9 @@ def contrast_row(name: str, arm: list[Run], base: list[Run]) -> dict[str, Any]:
                             mean_over_seeds([a_by[s]["per_instance"] for s in shared]))
     deltas = [paired_summary(b_by[s]["per_instance"], a_by[s]["per_instance"])["delta"] for s in shared]
     cells = paired_cells(pooled)
+    same = sum(a_by[s].get("weights_sha256") == b_by[s].get("weights_sha256") is not None for s in shared)
     return {"comparison": f"{name} minus {BASE_ARM}", "seeds": ",".join(map(str, shared)), "n": pooled["n"],
+            "same trained weights": f"{same} of {len(shared)} seeds",
             "difference [95% CI]": cells["delta [95% CI]"], "MDE": cells["MDE"], "sign-flip p": cells["sign-flip p"],
             "each seed": ", ".join(f"{100 * d:+.1f}" for d in deltas), "over seeds": seeds_cell(deltas)}
 
@@ -82,31 +84,44 @@ def md_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def window_sentence(run: Run) -> str:
+    """Where the rollouts met their context: the probed window W, or the model's own context."""
+    w = run["window"]
+    probe = (f"measured with room on {w['probe_rollouts']} RL tasks (never held-out ones; "
+             f"{w['probe_calls_mean']:.1f} calls a rollout there)")
+    if w.get("window") is None:
+        return (f"In {run['harness']} with the model's own context (no served window: the harness compacts by its "
+                f"own count); the warm start's longest first prompt {w['first_prompt_max']:,} tokens and its median "
+                f"growth a call {w['step_growth_median']:.0f}, {probe}.")
+    return (f"In {run['harness']} at a served window W = {w['window']:,} tokens: the warm start's longest first "
+            f"prompt ({w['first_prompt_max']:,}) + the forced `max_tokens` ({w['max_tokens']}) + "
+            f"{w['window_steps']} x its median growth of the prompt a call ({w['step_growth_median']:.0f}), {probe}.")
+
+
 def run_section(run: Run, kind_runs: list[Run]) -> str:
     """The run's arms, its contrasts, how it was set up and where its numbers come from."""
-    arms, w, rl = arm_seeds(run), run["window"], run["rl"]
+    arms, rl = arm_seeds(run), run["rl"]
     contrasts = [contrast_row(n, s, arms[BASE_ARM]) for n, s in arms.items() if n != BASE_ARM and BASE_ARM in arms]
     skipped = run.get("skipped_for_budget") or []
-    parts = [
-        f"In {run['harness']} at a served window W = {w['window']:,} tokens: the warm start's longest first prompt "
-        f"({w['first_prompt_max']:,}) + the forced `max_tokens` ({w['max_tokens']}) + {w['window_steps']} x its "
-        f"median growth of the prompt a call ({w['step_growth_median']:.0f}), measured with room on "
-        f"{w['probe_rollouts']} RL tasks (never held-out ones; {w['probe_calls_mean']:.1f} calls a rollout there). "
-        f"Every arm is {rl['steps']} RL steps x {rl['tasks_per_step']} tasks x {rl['samples_per_task']} samples at W "
-        f"from one warm start (`{run['warm_start'].get('key', '?')}`), one run per RL seed; every policy is evaluated "
-        f"at W with the harness's context management on, on `{run['task_distribution']}`.",
+    parts = [window_sentence(run) + (
+        f" Every arm is {rl['steps']} RL steps x {rl['tasks_per_step']} tasks x {rl['samples_per_task']} samples "
+        f"from one warm start (`{run['warm_start'].get('key', '?')}`), one run per RL seed; every policy is "
+        f"evaluated with the harness's context management on, on `{run['task_distribution']}`."),
         "",
         md_table([warm_row(run)] + [arm_row(run, n, s) for n, s in arms.items()]),
         "",
         md_table(contrasts) if contrasts else "",
         "",
-        "`weighting`: `rollout` (a rollout's rows share one rollout's weight, by sampled tokens) or `fragment` (each "
-        "row counts as an episode). `train rows / rollout`: training rows (prefix chains) per training rollout; "
-        "`several rows`: the share split into more than one; `refused`: the share with a call refused as longer "
-        "than W; `ended on refusal`: the share whose last policy call was refused (reward 0, rows kept: the default "
-        "`context_rule`). Pooled cells average each instance over the seeds before pairing; `over seeds` treats "
-        "the RL seeds as the sample (t interval and t-test over the seeds' own differences). The seeds share one "
-        "warm start, so they measure the RL draw, not the warm start's. MDE: alpha 0.05, power 0.8.",
+        "`same trained weights`: seeds where both arms ended with bit-identical weights (sha256): where no "
+        "training rollout has more than one row, or those that do carry no advantage, the two weightings give the"
+        " same update. `weighting`: `rollout` (a rollout's rows share one rollout's weight, by sampled tokens) or"
+        " `fragment` (each row counts as an episode). `train rows / rollout`: training rows (prefix chains) per "
+        "training rollout; `several rows`: the share split into more than one; `refused`: the share with a call "
+        "refused as longer than W; `ended on refusal`: the share whose last policy call was refused (reward 0, "
+        "rows kept: the default `context_rule`). Pooled cells average each instance over the seeds before "
+        "pairing; `over seeds` treats the RL seeds as the sample (t interval and t-test over the seeds' own "
+        "differences). The seeds share one warm start, so they measure the RL draw, not the warm start's. MDE: "
+        "alpha 0.05, power 0.8.",
     ]
     if skipped:
         parts += ["", f"Not run (the run's `context.budget_s` passed first): {', '.join(skipped)}."]
@@ -126,7 +141,7 @@ def context_training_markdown(runs: list[Run], kind_runs: list[Run] | None = Non
 
 
 def csv_rows(run: Run) -> list[dict[str, Any]]:
-    """A row per arm and seed: Pass@1 at W, its difference from the warm start, how training branched."""
+    """A row per arm and seed: Pass@1, its difference from the warm start, how training branched."""
     rows = [{"run": run["run_dir"], "arm": WARM, "seed": "", "pass_at_1": run["warm"]["pass_at_1"],
              "window": run["window"]["window"], **{f"eval_{k}": v for k, v in run["warm_context"].items()}}]
     for a in run["arms"]:

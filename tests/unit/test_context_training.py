@@ -98,7 +98,11 @@ def test_an_arm_is_compared_with_the_rollout_arm_pooled_and_seed_by_seed() -> No
     fragment = [_arm("fragment", 0, {i: float(k < 6) for k, i in enumerate(ids)}),   # +20 points on seed 0
                 _arm("fragment", 1, {i: float(k < 5) for k, i in enumerate(ids)}),   # +10 on seed 1
                 _arm("fragment", 2, {i: 1.0 for i in ids})]                         # seed 2: no rollout arm to pair
+    for arms, shas in ((rollout, ["a", "b"]), (fragment, ["a", "c", "d"])):  # seed 0: the same weights
+        for arm, sha in zip(arms, shas, strict=True):
+            arm["weights_sha256"] = sha
     row = contrast_row("fragment", fragment, rollout)
+    assert row["same trained weights"] == "1 of 2 seeds"
     assert row["comparison"] == "fragment minus rollout" and row["seeds"] == "0,1"
     assert row["each seed"] == "+20.0, +10.0"
     assert row["difference [95% CI]"].startswith("+15.0 [")
@@ -121,3 +125,15 @@ def test_the_table_names_the_window_the_arms_and_the_arms_left_for_budget() -> N
     md = context_training_markdown([run])
     assert "W = 266 tokens" in md and "fragment minus rollout" in md and "+70.0 [" in md
     assert "Not run (the run's `context.budget_s` passed first): rollout_s1, fragment_s1." in md
+
+
+def test_a_run_with_the_models_own_context_says_so_and_an_unknown_window_mode_is_refused() -> None:
+    from repro.report.context_training_table import window_sentence
+
+    with pytest.raises(ValueError, match=r"context\.window"):
+        ContextTrainingConfig(window="small")
+    w = {"window": None, "rule": "room", "first_prompt_max": 333, "step_growth_median": 289.0, "max_tokens": 96,
+         "window_steps": 1.5, "probe_rollouts": 16, "probe_calls_mean": 4.0}
+    sentence = window_sentence({"harness": "openhands@1.58.2", "window": w})
+    assert "the model's own context" in sentence and "W =" not in sentence
+    assert "W = 863 tokens" in window_sentence({"harness": "openhands@1.58.2", "window": w | {"window": 863}})

@@ -73,6 +73,8 @@ def test_settings_and_llm_fields() -> None:
     assert settings["condenser"]["kind"] == "summarizing" and settings["condenser"]["max_size"] == 80
     assert settings["tools"] == ["terminal", "file_editor", "task_tracker", "finish", "think"]
     assert OpenHandsConfig(condenser="none").settings()["condenser"] == {"kind": "none"}
+    assert "max_tokens" not in settings["condenser"]  # unset: the identity is what it was before the field
+    assert OpenHandsConfig(condenser_max_tokens=7100).settings()["condenser"]["max_tokens"] == 7100
 
 
 def test_identity_and_rollout_spec(tmp_path: Path) -> None:
@@ -88,6 +90,9 @@ def test_identity_and_rollout_spec(tmp_path: Path) -> None:
     assert spec["model"] == "openai/tiny" and spec["base_url"].endswith("/rollouts/r1/v1")
     assert spec["summary_base_url"] == "http://127.0.0.1:9/rollouts/r1/purpose/summary/v1"
     assert spec["terminal"] == {"no_change_timeout_seconds": 12}
+    assert spec["condenser"]["max_tokens"] is None
+    by_tokens = OpenHandsHarness(OpenHandsConfig(condenser_max_tokens=7100), env=fake_env(tmp_path))
+    assert by_tokens.rollout_spec(rollout(tmp_path))["condenser"]["max_tokens"] == 7100
     assert "key" not in json.dumps(spec).lower()
 
 
