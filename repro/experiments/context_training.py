@@ -18,6 +18,7 @@ arm: Pass@1 at W paired against the warm start, and how its training rollouts br
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -37,7 +38,7 @@ from repro.recipe.miniature import Miniature, MiniatureConfig
 from repro.recipe.paired_metrics import paired_tests, per_instance
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
-from repro.rl.evaluator import Evaluator, refuse_if_all_infra
+from repro.rl.evaluator import Evaluator, build_spec, refuse_if_all_infra
 from repro.rl.loop import RLLoop
 from repro.store import open_store
 
@@ -65,7 +66,8 @@ class ContextArm:
 class ContextTrainingConfig:
     """``harness``: the matrix harness RL trains and evaluates in; ``arms`` x ``rl_seeds`` (run seed-major, so a
     budget cut leaves whole seeds); the window rule's ``probe_tasks`` and ``window_steps`` (``window``: ``probe``
-    serves W, ``room`` the model's own context); ``budget_s``: no arm
+    serves W, ``room`` the model's own context); ``overrides``: fields of the harness's config that the probe, the
+    evaluations and RL use and its demonstrations do not (a frozen spec of its own); ``budget_s``: no arm
     starts after that many seconds of the run (0: no limit)."""
 
     harness: str = "openhands"
@@ -75,6 +77,7 @@ class ContextTrainingConfig:
     probe_tasks: int = 16
     window_steps: float = 1.5
     window: str = "probe"  # probe: the rule above | room: the model's own context (compaction by the harness's count)
+    overrides: dict[str, Any] = field(default_factory=dict)  # the harness's fields changed after the warm start
     budget_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -98,17 +101,24 @@ def prompt_lengths(store_path: Path, mode: str) -> list[list[int]]:
         store.close()
 
 
+def probe_figures(lengths: list[list[int]]) -> dict[str, Any]:
+    """The probe's longest first prompt, its median growth of the prompt a call (None: no rollout of two calls)
+    and its calls a rollout."""
+    growth = [(p[-1] - p[0]) / (len(p) - 1) for p in lengths if len(p) > 1]
+    return {"first_prompt_max": max((p[0] for p in lengths if p), default=0),
+            "step_growth_median": statistics.median(growth) if growth else None, "probe_rollouts": len(lengths),
+            "probe_calls_mean": statistics.fmean(len(p) for p in lengths) if lengths else 0.0}
+
+
 def window_rule(lengths: list[list[int]], max_tokens: int, steps: float) -> dict[str, Any]:
     """W = the longest first prompt + ``max_tokens`` + ``steps`` x the median growth of the prompt a step."""
-    firsts = [p[0] for p in lengths if p]
-    growth = [(p[-1] - p[0]) / (len(p) - 1) for p in lengths if len(p) > 1]
-    if not firsts or not growth:
+    figures = probe_figures(lengths)
+    step = figures["step_growth_median"]
+    if step is None:
         raise RuntimeError("the window probe made no rollout of two calls: the warm start does not act in this "
                            "harness, so no window can be set from it")
-    step = statistics.median(growth)
-    return {"first_prompt_max": max(firsts), "step_growth_median": step, "max_tokens": max_tokens,
-            "window_steps": steps, "window": int(max(firsts) + max_tokens + round(steps * step)),
-            "probe_rollouts": len(lengths), "probe_calls_mean": statistics.fmean(len(p) for p in lengths)}
+    return figures | {"max_tokens": max_tokens, "window_steps": steps,
+                      "window": int(figures["first_prompt_max"] + max_tokens + round(steps * step))}
 
 
 def at_window(mini: Miniature, window: int | None, agent: Any = None) -> Miniature:
@@ -117,6 +127,19 @@ def at_window(mini: Miniature, window: int | None, agent: Any = None) -> Miniatu
     serving = dataclasses.replace(setup.serving, max_model_len=window)
     cfg = dataclasses.replace(mini.cfg, setup=dataclasses.replace(setup, serving=serving))
     return dataclasses.replace(mini, cfg=cfg, agent=agent or mini.agent)
+
+
+def overridden(mini: Miniature, overrides: dict[str, Any], harnesses: contextlib.ExitStack) -> Miniature:
+    """``mini`` with its harness's config changed by ``overrides`` (a harness of its own, its own frozen spec)."""
+    if not overrides:
+        return mini
+    setup = mini.cfg.setup
+    cfg = dataclasses.replace(setup.harness, **overrides)
+    agent = harnesses.enter_context(get_harness(None, cfg, workers=2))
+    spec = build_spec(agent, mini.spec.tasks.name, mini.test_list, setup.sandbox, mini.cfg.eval,
+                      mini.cfg.tasks.seed, setup.served_model_name)
+    return dataclasses.replace(mini, agent=agent, spec=spec,
+                               cfg=dataclasses.replace(mini.cfg, setup=dataclasses.replace(setup, harness=cfg)))
 
 
 def probe_window(mini: Miniature, cfg: ContextTrainingConfig, rl: RLConfig, folder: Path) -> dict[str, Any]:
@@ -130,8 +153,10 @@ def probe_window(mini: Miniature, cfg: ContextTrainingConfig, rl: RLConfig, fold
                   Path(stack.proxy.store_path), experiment=EXPERIMENT, max_tokens=rl.max_tokens,
                   concurrency=min(rl.concurrency, cfg.probe_tasks))
         store_path = Path(stack.proxy.store_path)
-    rule = window_rule(prompt_lengths(store_path, "eval"), rl.max_tokens, cfg.window_steps)
-    return rule | {"rule": cfg.window, "window": rule["window"] if cfg.window == "probe" else None}
+    lengths = prompt_lengths(store_path, "eval")
+    if cfg.window == "room":
+        return probe_figures(lengths) | {"max_tokens": rl.max_tokens, "rule": "room", "window": None}
+    return window_rule(lengths, rl.max_tokens, cfg.window_steps) | {"rule": "probe"}
 
 
 def evaluate(mini: Miniature, stack: Any, folder: Path, label: str) -> list[Any]:
@@ -209,8 +234,8 @@ def context_training_job(miniature: MiniatureConfig, matrix: MatrixConfig, rl: R
     if context.harness not in matrix.harnesses:
         raise ValueError(f"context.harness {context.harness!r} is not among matrix.harnesses "
                          f"({sorted(matrix.harnesses)})")
-    with prepared_matrix(miniature, matrix, run_dir) as prepared:
-        mini = prepared.minis[context.harness]
+    with prepared_matrix(miniature, matrix, run_dir) as prepared, contextlib.ExitStack() as harnesses:
+        mini = overridden(prepared.minis[context.harness], context.overrides, harnesses)
         with prepared.acct.phase("window_probe"):
             window = probe_window(mini, context, rl, run_dir / "window_probe")
         print(f"window: {json.dumps(window)}", flush=True)

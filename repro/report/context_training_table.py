@@ -11,7 +11,7 @@ from typing import Any
 
 from repro.evaluation.paired import paired_summary
 from repro.report.before_after import mean_over_seeds
-from repro.report.cells import command_line, mean_cell, paired_cells, pct, seeds_cell
+from repro.report.cells import command_line, hydra_experiment, mean_cell, paired_cells, pct, seeds_cell
 from repro.report.protocol import protocol_note
 from repro.report.table_files import write_named_tables
 
@@ -77,8 +77,8 @@ def contrast_row(name: str, arm: list[Run], base: list[Run]) -> dict[str, Any]:
 
 
 def md_table(rows: list[dict[str, Any]]) -> str:
-    """Rows as a markdown table (columns: the union, in first-seen order; '-' where a row has none)."""
-    cols = list(dict.fromkeys(k for r in rows for k in r))
+    """Rows as a markdown table (columns: the union, the longest row's order first; '-' where a row has none)."""
+    cols = list(dict.fromkeys(k for r in sorted(rows, key=len, reverse=True) for k in r))
     lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     lines += ["| " + " | ".join(str(r.get(c, "-")) for c in cols) + " |" for r in rows]
     return "\n".join(lines)
@@ -90,9 +90,10 @@ def window_sentence(run: Run) -> str:
     probe = (f"measured with room on {w['probe_rollouts']} RL tasks (never held-out ones; "
              f"{w['probe_calls_mean']:.1f} calls a rollout there)")
     if w.get("window") is None:
+        growth = "-" if w.get("step_growth_median") is None else f"{w['step_growth_median']:.0f}"
         return (f"In {run['harness']} with the model's own context (no served window: the harness compacts by its "
                 f"own count); the warm start's longest first prompt {w['first_prompt_max']:,} tokens and its median "
-                f"growth a call {w['step_growth_median']:.0f}, {probe}.")
+                f"growth a call {growth}, {probe}.")
     return (f"In {run['harness']} at a served window W = {w['window']:,} tokens: the warm start's longest first "
             f"prompt ({w['first_prompt_max']:,}) + the forced `max_tokens` ({w['max_tokens']}) + "
             f"{w['window_steps']} x its median growth of the prompt a call ({w['step_growth_median']:.0f}), {probe}.")
@@ -103,7 +104,9 @@ def run_section(run: Run, kind_runs: list[Run]) -> str:
     arms, rl = arm_seeds(run), run["rl"]
     contrasts = [contrast_row(n, s, arms[BASE_ARM]) for n, s in arms.items() if n != BASE_ARM and BASE_ARM in arms]
     skipped = run.get("skipped_for_budget") or []
-    parts = [window_sentence(run) + (
+    w = run["window"]
+    where = "the model's own context" if w.get("window") is None else f"a served window of {w['window']:,} tokens"
+    parts = [f"## `{hydra_experiment(run)}`: {where}, `{run['task_distribution']}`", "", window_sentence(run) + (
         f" Every arm is {rl['steps']} RL steps x {rl['tasks_per_step']} tasks x {rl['samples_per_task']} samples "
         f"from one warm start (`{run['warm_start'].get('key', '?')}`), one run per RL seed; every policy is "
         f"evaluated with the harness's context management on, on `{run['task_distribution']}`."),

@@ -1,6 +1,7 @@
 """RL on rollouts that OpenHands' condenser branches, end to end at a small size (marked slow): the mixed warm start
-of mini-SWE-agent 2.4.6 and OpenHands -> the window probe on RL tasks -> the warm start evaluated at the window ->
-each arm (rollout / fragment weighting, the condenser off in training) RL'd at the window and evaluated there."""
+of mini-SWE-agent 2.4.6 and OpenHands -> the probe on RL tasks in the overridden harness (condensing by its token
+count) -> the warm start evaluated -> each arm (rollout / fragment weighting, the condenser off in training) RL'd
+and evaluated with the condenser on."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_every_arm_trains_and_is_evaluated_at_the_probed_window(tmp_path: Path) 
         ensure_openhands_env("1.58.2")
     except HarnessEnvError as exc:
         pytest.skip(f"OpenHands env unavailable: {exc}")
-    out = repro_cli("run", "experiment=context_training", f"run.output_root={tmp_path}", *SMALL,
+    out = repro_cli("run", "experiment=context_training_tokens", f"run.output_root={tmp_path}", *SMALL,
                     "warm_start.mix_sft.epochs=1", "context.rl_seeds=[0]", "context.probe_tasks=4",
                     cwd=Path(__file__).parents[2], timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -30,8 +31,8 @@ def test_every_arm_trains_and_is_evaluated_at_the_probed_window(tmp_path: Path) 
     metrics, run_dir = json.loads(path.read_text()), path.parent
     assert metrics["kind"] == "context_training" and metrics["harness"] == "openhands@1.58.2"
     w = metrics["window"]
-    assert w["probe_rollouts"] == 4
-    assert w["window"] == w["first_prompt_max"] + w["max_tokens"] + round(w["window_steps"] * w["step_growth_median"])
+    assert (w["probe_rollouts"], w["rule"], w["window"]) == (4, "room", None)  # the model's own context
+    assert metrics["context"]["overrides"]["condenser_max_tokens"] == 7100
     probe = open_store(run_dir / "window_probe" / "traces.sqlite")
     assert len(probe.list_rollouts()) == 4  # RL tasks, apart from every held-out evaluation
     assert metrics["warm"]["n_samples"] == 8

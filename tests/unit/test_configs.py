@@ -17,8 +17,7 @@ def test_there_are_experiments() -> None:
 
 # Experiments whose runs are named (and tabled) as another experiment's: a configuration of that experiment
 SHARED_RUN_NAMES = {"harness_matrix_all": "harness_matrix",  # a section of results/harness_matrix.md
-                    "context_training_condensing": "context_training",  # likewise, of context_training.md
-                    "context_training_tokens": "context_training"}
+                    "context_training_tokens": "context_training"}  # likewise, of context_training.md
 
 
 @pytest.mark.parametrize("name", experiment_names())
