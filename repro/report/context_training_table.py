@@ -51,13 +51,16 @@ def arm_row(run: Run, name: str, seeds: list[Run]) -> dict[str, Any]:
             "train several rows": pct(_mean([t['several_rows'] for t in train])),
             "train refused": pct(_mean([t['refused'] for t in train])),
             "train ended on refusal": pct(_mean([t['ended_on_refusal'] for t in train])),
+            "eval rows / rollout": f"{_mean([e['rows_mean'] for e in ev]):.2f}",
+            "eval several rows": pct(_mean([e['several_rows'] for e in ev])),
             "eval refused": pct(_mean([e['refused'] for e in ev])),
             "eval context_exceeded": pct(_mean([e['context_exceeded'] for e in ev]))}
 
 
 def warm_row(run: Run) -> dict[str, Any]:
     ev = run["warm_context"]
-    return {"arm": WARM, "Pass@1": mean_cell(run["warm_per_instance"]), "eval refused": pct(ev["refused"]),
+    return {"arm": WARM, "Pass@1": mean_cell(run["warm_per_instance"]), "eval rows / rollout": f"{ev['rows_mean']:.2f}",
+            "eval several rows": pct(ev["several_rows"]), "eval refused": pct(ev["refused"]),
             "eval context_exceeded": pct(ev["context_exceeded"])}
 
 

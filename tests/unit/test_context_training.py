@@ -88,7 +88,7 @@ def _arm(name: str, seed: int, per_instance: dict[str, float], delta: float = 0.
     zero = {"rows_mean": 1.0, "several_rows": 0.0, "refused": 0.0, "ended_on_refusal": 0.0}
     return {"arm": name, "seed": seed, "weighting": "fragment" if name == "fragment" else "rollout",
             "condenser": "summarizing", "per_instance": per_instance, "paired_vs_warm": {"delta": delta, "mde": 0.1},
-            "training": zero, "context": {"refused": 0.0, "context_exceeded": 0.0},
+            "training": zero, "context": {"refused": 0.0, "context_exceeded": 0.0, "rows_mean": 1.0, "several_rows": 0.0},
             "after": {"pass_at_1": sum(per_instance.values()) / len(per_instance)}}
 
 
@@ -119,7 +119,7 @@ def test_the_table_names_the_window_the_arms_and_the_arms_left_for_budget() -> N
                       "step_growth_median": 40, "probe_rollouts": 16, "probe_calls_mean": 3.1},
            "rl": {"steps": 6, "tasks_per_step": 4, "samples_per_task": 8}, "warm_start": {"key": "mix-1"},
            "warm": {"pass_at_1": 0.3}, "warm_per_instance": warm,
-           "warm_context": {"refused": 0.5, "context_exceeded": 0.1},
+           "warm_context": {"refused": 0.5, "context_exceeded": 0.1, "rows_mean": 2.5, "several_rows": 0.75},
            "arms": [_arm("rollout", 0, warm), _arm("fragment", 0, {i: 1.0 for i in ids}, 0.7)],
            "skipped_for_budget": ["rollout_s1", "fragment_s1"]}
     md = context_training_markdown([run])
