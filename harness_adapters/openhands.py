@@ -103,8 +103,9 @@ class OpenHandsConfig:
 
     ``condenser``: ``summarizing`` (the default agent's ``LLMSummarizingCondenser``; 80 / 4 are its sizes) or
     ``none``; ``condenser_max_tokens``: it also condenses when LiteLLM's count of the view passes this (the SDK's
-    ``max_tokens``; for an unknown model name tiktoken's count, not the served tokenizer's). ``command_timeout_s``: the terminal tool's no-change timeout (a command silent that long returns
-    to the agent, still running); None keeps the default agent's (30 s). ``temperature`` / ``max_tokens`` are
+    ``max_tokens``; for an unknown model name tiktoken's count, not the served tokenizer's).
+    ``command_timeout_s``: the terminal tool's no-change timeout (a command silent that long returns to the agent,
+    still running); None keeps the default agent's (30 s). ``temperature`` / ``max_tokens`` are
     sent only when set (``max_tokens`` = the SDK's ``max_output_tokens``, sent as ``max_completion_tokens``; a
     temperature needs ``capability_overrides.supports_sampling_params``, set with it, because the SDK drops
     sampling parameters for models it takes for reasoning ones, which an unknown ``openai/`` model is).

@@ -88,7 +88,8 @@ def _arm(name: str, seed: int, per_instance: dict[str, float], delta: float = 0.
     zero = {"rows_mean": 1.0, "several_rows": 0.0, "refused": 0.0, "ended_on_refusal": 0.0}
     return {"arm": name, "seed": seed, "weighting": "fragment" if name == "fragment" else "rollout",
             "condenser": "summarizing", "per_instance": per_instance, "paired_vs_warm": {"delta": delta, "mde": 0.1},
-            "training": zero, "context": {"refused": 0.0, "context_exceeded": 0.0, "rows_mean": 1.0, "several_rows": 0.0},
+            "training": zero,
+            "context": {"refused": 0.0, "context_exceeded": 0.0, "rows_mean": 1.0, "several_rows": 0.0},
             "after": {"pass_at_1": sum(per_instance.values()) / len(per_instance)}}
 
 
