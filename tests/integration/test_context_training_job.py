@@ -25,6 +25,8 @@ def test_every_arm_trains_and_is_evaluated_at_the_probed_window(tmp_path: Path) 
         pytest.skip(f"OpenHands env unavailable: {exc}")
     out = repro_cli("run", "experiment=context_training_tokens", f"run.output_root={tmp_path}", *SMALL,
                     "warm_start.mix_sft.epochs=1", "context.rl_seeds=[0]", "context.probe_tasks=4",
+                    "context.arms=[{name: rollout}, {name: fragment, weighting: fragment}, "
+                    "{name: no_condenser, condenser: none}]",
                     cwd=Path(__file__).parents[2], timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
     (path,) = tmp_path.glob("context_training/*/metrics.json")
