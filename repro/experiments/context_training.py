@@ -32,8 +32,8 @@ from repro.common.accounting import Accountant
 from repro.common.files import weights_sha256
 from repro.common.tracking import tracked
 from repro.evaluation import eval_metrics, write_metrics
-from repro.experiments.context_profile import rollout_context, summarize
-from repro.experiments.harness_matrix import MatrixConfig, prepared_matrix
+from repro.recipe.context_stats import rollout_context, summarize
+from repro.recipe.matrix import MatrixConfig, prepared_matrix
 from repro.recipe.miniature import Miniature, MiniatureConfig
 from repro.recipe.paired_metrics import paired_tests, per_instance
 from repro.rl.checkpoints import stage_policy

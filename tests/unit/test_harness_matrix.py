@@ -50,7 +50,7 @@ def test_the_tokenizer_gets_every_harness_texts_once() -> None:
 def test_a_captured_harness_brings_its_own_tools_block_and_calls(monkeypatch) -> None:
     """A harness whose prompts are built inside it adds its captured texts with its own tools block and call
     wrappers as texts (its tools are not merged into the mini-SWE-agent tools block, which stays as it was)."""
-    import repro.experiments.harness_matrix as matrix
+    import repro.recipe.matrix as matrix
     from repro.recipe.harness_texts import CapturedTexts
     from repro.tinymodel.vocab import tool_call_pieces, tools_block_texts
 
