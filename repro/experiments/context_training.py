@@ -121,12 +121,12 @@ def window_rule(lengths: list[list[int]], max_tokens: int, steps: float) -> dict
                       "window": int(figures["first_prompt_max"] + max_tokens + round(steps * step))}
 
 
-def at_window(mini: Miniature, window: int | None, agent: Any = None) -> Miniature:
-    """``mini`` served with a context of ``window`` tokens (and ``agent`` in place of its harness)."""
+def at_window(mini: Miniature, window: int | None) -> Miniature:
+    """``mini`` served with a context of ``window`` tokens."""
     setup = mini.cfg.setup
     serving = dataclasses.replace(setup.serving, max_model_len=window)
     cfg = dataclasses.replace(mini.cfg, setup=dataclasses.replace(setup, serving=serving))
-    return dataclasses.replace(mini, cfg=cfg, agent=agent or mini.agent)
+    return dataclasses.replace(mini, cfg=cfg)
 
 
 def overridden(mini: Miniature, overrides: dict[str, Any], harnesses: contextlib.ExitStack) -> Miniature:
@@ -265,8 +265,7 @@ def run_arms(mini: Miniature, evaluated: Miniature, context: ContextTrainingConf
                 continue
             other = dataclasses.replace(harness_cfg, condenser=arm.condenser)
             with get_harness(None, other, workers=2) as agent:
-                done.append(train_arm(at_window(evaluated, evaluated.cfg.setup.serving.max_model_len, agent),
-                                      evaluated, arm, seed, rl, run_dir))
+                done.append(train_arm(dataclasses.replace(evaluated, agent=agent), evaluated, arm, seed, rl, run_dir))
     return done, skipped
 
 
