@@ -38,7 +38,7 @@ from repro.recipe.miniature import Miniature, MiniatureConfig
 from repro.recipe.paired_metrics import paired_tests, per_instance
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
-from repro.rl.evaluator import Evaluator, build_spec, refuse_if_all_infra
+from repro.rl.evaluator import build_spec, evaluate_or_refuse
 from repro.rl.loop import RLLoop
 from repro.store import open_store
 
@@ -159,15 +159,6 @@ def probe_window(mini: Miniature, cfg: ContextTrainingConfig, rl: RLConfig, fold
     return window_rule(lengths, rl.max_tokens, cfg.window_steps) | {"rule": "probe"}
 
 
-def evaluate(mini: Miniature, stack: Any, folder: Path, label: str) -> list[Any]:
-    """The held-out tasks in ``mini``'s harness under its frozen spec."""
-    reports = Evaluator(stack, mini.agent, mini.box, mini.cfg.eval, spec=mini.spec,
-                        store_path=Path(stack.proxy.store_path), grades=mini.grades).evaluate(
-        mini.test_list, folder, label).reports
-    refuse_if_all_infra(reports, folder)
-    return reports
-
-
 def context_of(store_path: Path, reports: list[Any]) -> dict[str, Any]:
     """How context management shaped ``reports``' rollouts (calls, rows, refusals, ``context_exceeded``)."""
     store = open_store(store_path)
@@ -215,9 +206,10 @@ def train_arm(train: Miniature, evaluated: Miniature, arm: ContextArm, seed: int
             trainer = RLLoop(stack, train.agent, train.box, rl, arm_dir, tracker=tracker, accountant=acct,
                              grades=train.grades, probe_harness=train.agent)
             history = [s.record for s in trainer.fit(train.rl_tasks)]
-        with acct.phase("eval_after"):
-            after = evaluate(evaluated, stack, arm_dir / "eval", f"rl-{name}")
         store_path = Path(stack.proxy.store_path)
+        with acct.phase("eval_after"):
+            after = evaluate_or_refuse(evaluated.evaluator(stack, store_path), evaluated.test_list,
+                                       arm_dir / "eval", f"rl-{name}")
     return {"arm": arm.name, "seed": seed, "weighting": arm.weighting, "condenser": arm.condenser,
             "after": eval_metrics(after, evaluated.spec, evaluated.cfg.eval.experiment, f"rl-{name}"),
             "per_instance": per_instance(after), "context": context_of(store_path, after),
@@ -241,8 +233,10 @@ def context_training_job(miniature: MiniatureConfig, matrix: MatrixConfig, rl: R
         print(f"window: {json.dumps(window)}", flush=True)
         evaluated = at_window(mini, window["window"])
         with evaluated.cfg.setup.server(mini.warm_dir, run_dir) as stack, prepared.acct.phase("eval_before"):
-            warm = evaluate(evaluated, stack, run_dir / "eval_before", mini.warm_label)
-            warm_context = context_of(Path(stack.proxy.store_path), warm)
+            store_path = Path(stack.proxy.store_path)
+            warm = evaluate_or_refuse(evaluated.evaluator(stack, store_path), evaluated.test_list,
+                                      run_dir / "eval_before", mini.warm_label)
+            warm_context = context_of(store_path, warm)
         arms, skipped = run_arms(mini, evaluated, context, rl, run_dir, started)
     metrics = context_metrics(evaluated, prepared.acct, window, warm, warm_context, arms, skipped, context, rl,
                               started)

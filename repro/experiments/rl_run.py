@@ -29,7 +29,7 @@ from repro.report.before_after import run_markdown
 from repro.report.run_records import with_run_files
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
-from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
+from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, evaluate_or_refuse
 from repro.rl.loop import RLLoop
 from repro.rl.rollouts import GradeCache
 from repro.serving.stack import verl_stack
@@ -164,6 +164,4 @@ def _evaluate(evaluator: Evaluator, phase: str, tasks: list[Task], label: str, r
     ev = evaluator.cfg
     print(f"phase {phase}: {len(tasks)} tasks x k={ev.k} in the real harness ({evaluator.spec.label()})", flush=True)
     with acct.phase(phase):
-        reports = evaluator.evaluate(tasks, run_dir / phase, label).reports
-    refuse_if_all_infra(reports, run_dir / phase)
-    return reports
+        return evaluate_or_refuse(evaluator, tasks, run_dir / phase, label)

@@ -18,7 +18,7 @@ from repro.recipe.harness_texts import harness_texts
 from repro.recipe.miniature import Miniature, MiniatureConfig, split_train
 from repro.recipe.warm_start import WarmStartRun
 from repro.recipe.warm_start_mix import mixed_warm_start
-from repro.rl.evaluator import Evaluator, build_spec, refuse_if_all_infra
+from repro.rl.evaluator import build_spec, evaluate_or_refuse
 from repro.rl.rollouts import GradeCache
 from repro.sandbox.select import make_sandbox
 from repro.tasks.sets import load_task_set
@@ -100,14 +100,9 @@ class Matrix:
 
     def evaluate_all(self, stack: Any, phase_dir: Path, label: str) -> dict[str, list[Any]]:
         """``stack``'s model evaluated in every harness (``phase_dir/<harness>``)."""
-        out = {}
-        for name, mini in self.minis.items():
-            store = Path(stack.proxy.store_path)
-            reports = Evaluator(stack, mini.agent, mini.box, mini.cfg.eval, spec=mini.spec, store_path=store,
-                                grades=mini.grades).evaluate(mini.test_list, phase_dir / name, label).reports
-            refuse_if_all_infra(reports, phase_dir / name)
-            out[name] = reports
-        return out
+        store = Path(stack.proxy.store_path)
+        return {name: evaluate_or_refuse(mini.evaluator(stack, store), mini.test_list, phase_dir / name, label)
+                for name, mini in self.minis.items()}
 
 
 def first_harness_base(model: Any, matrix: MatrixConfig, train_list: list[Any], ws: Any) -> Path | None:

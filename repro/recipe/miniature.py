@@ -27,7 +27,7 @@ from repro.recipe.setup import Setup
 from repro.recipe.warm_start import WarmStartConfig, WarmStartRun, warm_start
 from repro.rl.checkpoints import stage_policy
 from repro.rl.config import RLConfig
-from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, refuse_if_all_infra
+from repro.rl.evaluator import EvalConfig, Evaluator, build_spec, evaluate_or_refuse, refuse_if_all_infra
 from repro.rl.loop import RLLoop
 from repro.rl.rebuilt.harness import LoopConfig, rl_harness
 from repro.rl.rollouts import GradeCache
@@ -76,9 +76,11 @@ class Miniature:
     def warm_label(self) -> str:
         return f"warm-{self.warm['key']}"
 
-    def evaluator(self, stack: Any) -> Evaluator:
-        """The frozen evaluation of the held-out tasks against ``stack``'s model."""
-        return Evaluator(stack, self.agent, self.box, self.cfg.eval, spec=self.spec, grades=self.grades)
+    def evaluator(self, stack: Any, store_path: Path | None = None) -> Evaluator:
+        """The frozen evaluation of the held-out tasks against ``stack``'s model (calls stored in ``store_path``,
+        default: ``traces.sqlite`` beside the phase folder)."""
+        return Evaluator(stack, self.agent, self.box, self.cfg.eval, spec=self.spec, store_path=store_path,
+                         grades=self.grades)
 
     def evaluate_start(self) -> list[InstanceReport]:
         """The frozen evaluation of the warm start (``eval_before/``), the point every arm starts from."""
@@ -188,8 +190,7 @@ def run_arm(mini: Miniature, arm_dir: Path, arm: ArmConfig, label: str,
         print(f"phase eval_after ({arm.loop.kind} loop): {len(mini.test_list)} tasks x k={mini.cfg.eval.k} "
               f"({expected('eval_sample', samples)})", flush=True)
         with acct.phase("eval_after"):
-            after = mini.evaluator(stack).evaluate(mini.test_list, arm_dir / "eval_after", label).reports
-    refuse_if_all_infra(after, arm_dir / "eval_after")
+            after = evaluate_or_refuse(mini.evaluator(stack), mini.test_list, arm_dir / "eval_after", label)
     return {"loop": arm.loop.kind, "after": after, "history": history, "probe": trainer.probe,
             "compute": acct.to_dict(), "wall_s": time.time() - started, "dir": arm_dir,
             "weights_sha256": weights_sha256(policy)}

@@ -159,6 +159,14 @@ class Evaluator:
         return EvalResult(reports, phase_dir, spec)
 
 
+def evaluate_or_refuse(evaluator: Evaluator, tasks: list[Task], phase_dir: Path, label: str) -> list[InstanceReport]:
+    """``evaluator``'s reports of ``tasks`` in ``phase_dir``; SystemExit when every one is an infrastructure failure
+    (:func:`refuse_if_all_infra`)."""
+    reports = evaluator.evaluate(tasks, phase_dir, label).reports
+    refuse_if_all_infra(reports, phase_dir)
+    return reports
+
+
 def refuse_if_all_infra(reports: list[InstanceReport], run_dir: Path) -> None:
     """SystemExit naming the reasons when every sample is an infrastructure failure: such a run measured nothing
     (a missing repository, interpreter or image), and a zero exit would hide it behind ``eval samples: 0/N``."""

@@ -208,3 +208,26 @@ def test_a_run_whose_every_sample_is_an_infrastructure_failure_exits_with_the_re
         refuse_if_all_infra(bad, tmp_path)
     refuse_if_all_infra([*bad, InstanceReport(instance_id="u", sample=0, rollout_id="u", outcome="unresolved")],
                         tmp_path)  # one measured sample: the run stands
+
+
+def test_evaluate_or_refuse_returns_the_reports_and_exits_when_none_was_measured(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from repro.evaluation import InstanceReport
+    from repro.rl.evaluator import evaluate_or_refuse
+
+    class FakeEvaluator:
+        def __init__(self, reports: list[InstanceReport]) -> None:
+            self.reports, self.calls = reports, []
+
+        def evaluate(self, tasks, phase_dir, label):
+            self.calls.append((tasks, phase_dir, label))
+            return SimpleNamespace(reports=self.reports)
+
+    good = [InstanceReport(instance_id="u", sample=0, rollout_id="u", outcome="unresolved")]
+    ev = FakeEvaluator(good)
+    assert evaluate_or_refuse(ev, ["t"], tmp_path / "p", "warm") == good
+    assert ev.calls == [(["t"], tmp_path / "p", "warm")]
+    crashed = [InstanceReport(instance_id="t", sample=0, rollout_id="r", outcome="error", reason="harness crashed")]
+    with pytest.raises(SystemExit, match="all 1 samples are infrastructure failures.*harness crashed"):
+        evaluate_or_refuse(FakeEvaluator(crashed), ["t"], tmp_path / "p", "warm")
