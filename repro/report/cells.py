@@ -3,6 +3,7 @@ points, calls per rollout, a run's name. Imports no table module, so every table
 
 from __future__ import annotations
 
+import shlex
 import statistics
 from pathlib import Path
 from typing import Any
@@ -101,9 +102,10 @@ _NOT_IN_COMMANDS = ("seed=", "experiment=", "run.dir=", "run.output_root=")  # j
 
 def command_line(runs: list[dict[str, Any]]) -> str:
     """``repro run -m experiment=X <overrides> seed=0,1,2``: the command that made ``runs`` (the first run's
-    overrides, without a machine's paths; the experiment it was started with, else its table's)."""
+    overrides, without a machine's paths, each quoted for the shell where it needs it: a list of dicts would
+    otherwise be brace-expanded; the experiment it was started with, else its table's)."""
     seeds = ",".join(dict.fromkeys(str(r.get("seed", "?")) for r in runs))
-    kept = [o for o in runs[0].get("overrides") or [] if not o.startswith(_NOT_IN_COMMANDS)]
+    kept = [shlex.quote(o) for o in runs[0].get("overrides") or [] if not o.startswith(_NOT_IN_COMMANDS)]
     return " ".join(["repro run -m", f"experiment={hydra_experiment(runs[0])}", *kept, f"seed={seeds}"])
 
 

@@ -229,5 +229,5 @@ def test_evaluate_or_refuse_returns_the_reports_and_exits_when_none_was_measured
     assert evaluate_or_refuse(ev, ["t"], tmp_path / "p", "warm") == good
     assert ev.calls == [(["t"], tmp_path / "p", "warm")]
     crashed = [InstanceReport(instance_id="t", sample=0, rollout_id="r", outcome="error", reason="harness crashed")]
-    with pytest.raises(SystemExit, match="all 1 samples are infrastructure failures.*harness crashed"):
+    with pytest.raises(SystemExit, match=r"all 1 samples are infrastructure failures.*harness crashed"):
         evaluate_or_refuse(FakeEvaluator(crashed), ["t"], tmp_path / "p", "warm")

@@ -236,3 +236,14 @@ def test_the_heatmap_draws_the_newest_configuration_without_averaging_in_older_o
     assert "60.0%\n2 seed(s)" in texts and not any(t.startswith("75.0%") for t in texts)  # 75: averaged with old
     mixed = matrix_heatmap(frame.drop(columns="configuration")).axes[0].texts  # control: without the column
     assert any(t.get_text().startswith("75.0%") for t in mixed)
+
+
+def test_the_command_line_quotes_an_override_the_shell_would_expand() -> None:
+    import shlex
+
+    from repro.report.cells import command_line
+
+    arms = "context.arms=[{name:rollout,weighting:rollout},{name:fragment,weighting:fragment}]"
+    line = command_line([{"seed": 0, "experiment": "context_training", "overrides": [arms, "tasks.seed=6"]}])
+    assert line == f"repro run -m experiment=context_training '{arms}' tasks.seed=6 seed=0"
+    assert arms in shlex.split(line)  # what bash hands repro: one override, not brace-expanded into several
