@@ -5,6 +5,7 @@ its failed jobs listed under it. ``SweepTableCallback``: the harness x task matr
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,16 @@ def failures_markdown(failed: list[dict[str, Any]]) -> str:
     lines = ["## Failed jobs (no cell)", ""]
     lines += [f"- #{r['job']} `{' '.join(r['overrides'])}`: {r['error']}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def none_drawn(found: list[dict[str, Any]]) -> str:
+    """What the sweep table says when it draws none of the sweep's runs: that none finished, or which kinds did
+    (an experiment with a table of its own, e.g. ``context_training``, which ``repro table`` publishes)."""
+    if not found:
+        return "No finished runs (no metrics.json).\n"
+    kinds = Counter(str(m.get("kind", "?")) for m in found)
+    listed = ", ".join(f"{n} of kind `{kind}`" for kind, n in sorted(kinds.items()))
+    return f"Finished runs: {listed}. This sweep table draws none of them; `repro table` publishes them.\n"
 
 
 class _SweepCallback(Callback):
@@ -63,11 +74,11 @@ class SweepTableCallback(_SweepCallback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = self.sweep_dir(config)
-        runs = [{**m, "run_dir": m.get("run_dir", str(p.parent))} for p, m in find_metrics(sweep_dir)
-                if m.get("kind") == "eval"]
+        found = [{**m, "run_dir": m.get("run_dir", str(p.parent))} for p, m in find_metrics(sweep_dir)]
+        runs = [m for m in found if m.get("kind") == "eval"]
         text = sweep_markdown(runs[-1].get("table") or runs[-1]["experiment"], runs) if runs else \
-            f"# sweep {sweep_dir}\n\nNo finished runs (no metrics.json).\n"
-        publish_sweep(sweep_dir, text, len(runs))
+            f"# sweep {sweep_dir}\n\n{none_drawn(found)}"
+        publish_sweep(sweep_dir, text, len(found))
 
 
 def publish_sweep(sweep_dir: Path, text: str, finished: int) -> None:
@@ -96,6 +107,6 @@ class SeedsTableCallback(_SweepCallback):
         if comparisons:
             parts.append(comparison_markdown(comparisons))
         if not before_after and not comparisons:
-            parts.append("No finished runs (no metrics.json).\n")
+            parts.append(none_drawn(found))
         publish_sweep(sweep_dir, "\n".join(parts), len(found))
 

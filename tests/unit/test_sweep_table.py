@@ -138,3 +138,22 @@ def test_each_cell_is_broken_down_by_task_family() -> None:
     assert rows["operator_swap"].startswith("0.0%") and rows["comparison_flip"].startswith("100.0%")
     assert rows["comparison_flip"].endswith("n=2")
     assert "### By task family" in sweep_markdown("s", [run])
+
+
+def test_a_sweep_of_runs_with_a_table_of_their_own_says_they_finished(tmp_path: Path, capsys) -> None:
+    from omegaconf import OmegaConf
+
+    from repro.report.sweep import SeedsTableCallback
+
+    sweep = tmp_path / "context_training_tokens" / "20261207-112401"
+    (sweep / "0").mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("{}")
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}})
+    SeedsTableCallback().on_multirun_end(cfg)
+    assert "No finished runs (no metrics.json)" in (sweep / "sweep.md").read_text()  # nothing finished yet
+    (sweep / "0" / "metrics.json").write_text(json.dumps({"kind": "context_training", "experiment": "ct"}))
+    SeedsTableCallback().on_multirun_end(cfg)
+    text = (sweep / "sweep.md").read_text()
+    assert "No finished runs" not in text
+    assert "1 of kind `context_training`" in text and "`repro table` publishes them" in text
+    capsys.readouterr()
