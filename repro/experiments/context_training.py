@@ -1,6 +1,6 @@
 """``experiment=context_training``: RL on rollouts that a harness's context management branches (issue 56).
 
-One mixed warm start that acts in the harness (:mod:`repro.experiments.harness_matrix`'s preparation), then a
+One mixed warm start that acts in the harness (the matrix's preparation, :mod:`repro.recipe.matrix`), then a
 served window small enough that the harness's context management acts: W = the warm start's longest first prompt
 + the forced ``max_tokens`` + ``window_steps`` x its median growth of the prompt a step, both measured with room on
 ``probe_tasks`` RL tasks (never the held-out ones), so that a typical rollout meets W at its third call. The warm

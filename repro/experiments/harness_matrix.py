@@ -23,15 +23,7 @@ from repro.common.tracking import tracked
 from repro.evaluation import eval_metrics, write_metrics
 from repro.evaluation.habits import slip_share
 from repro.recipe.loop_fidelity import FidelityConfig, comparison_metrics, replay_store
-from repro.recipe.matrix import (  # noqa: F401 (MatrixConfig: the configs' _target_)
-    REBUILT,
-    HarnessSet,
-    Matrix,
-    MatrixConfig,
-    first_harness_base,
-    prepared_matrix,
-    recipe_harness_set,
-)
+from repro.recipe.matrix import REBUILT, Matrix, MatrixConfig, prepared_matrix
 from repro.recipe.miniature import MiniatureConfig
 from repro.recipe.paired_metrics import paired_tests, per_instance
 from repro.rl.checkpoints import stage_policy

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro.experiments.harness_matrix import REBUILT, HarnessSet, MatrixConfig
+from repro.recipe.matrix import REBUILT, HarnessSet, MatrixConfig
 from repro.recipe.warm_start import WarmStartConfig
 from repro.recipe.warm_start_mix import mix_key, mixed_sft, shares
 from repro.tasks.schema import Task
